@@ -1,0 +1,96 @@
+"""Trace access: the only layer that touches SQL. ``Trace`` wraps one read-only export."""
+from __future__ import annotations
+
+import os
+import sqlite3
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputError
+from . import tables
+from .open import connect_readonly, resolve_input
+from .schema import Schema, read_schema
+
+__all__ = ["Trace", "open_trace"]
+
+
+class Trace:
+    """One nsys SQLite export, opened read-only; loaders are cached per instance."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.source = Path(path)
+        self.path = resolve_input(path)
+        self.conn: sqlite3.Connection = connect_readonly(self.path)
+        try:
+            self.schema: Schema = read_schema(self.conn, str(self.source))
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise InputError(f"{self.source}: corrupted or unreadable SQLite file ({e})") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Trace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        return tables.kernels(self.conn, self.schema)
+
+    @cached_property
+    def memcpys(self) -> pd.DataFrame:
+        return tables.memcpys(self.conn, self.schema)
+
+    @cached_property
+    def memsets(self) -> pd.DataFrame:
+        return tables.memsets(self.conn, self.schema)
+
+    @cached_property
+    def runtime(self) -> pd.DataFrame:
+        return tables.runtime_calls(self.conn, self.schema)
+
+    @cached_property
+    def runtime_names(self) -> dict[int, str]:
+        """API name per runtime nameId, version suffix kept (e.g. ``cudaLaunchKernel_v7000``)."""
+        return self.strings(np.unique(self.runtime["nameId"].to_numpy()))
+
+    @cached_property
+    def nvtx(self) -> pd.DataFrame:
+        return tables.nvtx_ranges(self.conn, self.schema)
+
+    @cached_property
+    def nvtx_event_type_counts(self) -> dict[int, int]:
+        return tables.nvtx_event_type_counts(self.conn, self.schema)
+
+    @cached_property
+    def nccl_kernel_name_ids(self) -> np.ndarray:
+        """StringIds ids of NCCL kernel names (``ncclKernel_*``, ``ncclDevKernel_*``)."""
+        return tables.string_ids_like(self.conn, self.schema, "nccl%")
+
+    def osrt(self, names: tuple[str, ...] = ("munmap",)) -> pd.DataFrame:
+        return tables.osrt_calls(self.conn, self.schema, names)
+
+    def strings(self, ids) -> dict[int, str]:
+        return tables.strings(self.conn, self.schema, ids)
+
+    @cached_property
+    def processes(self) -> pd.DataFrame:
+        return tables.processes(self.conn, self.schema)
+
+    @cached_property
+    def gpus(self) -> pd.DataFrame:
+        return tables.gpus(self.conn, self.schema)
+
+    @cached_property
+    def session_start_utc_ns(self) -> int | None:
+        return tables.session_start_utc_ns(self.conn, self.schema)
+
+
+def open_trace(path: str | os.PathLike) -> Trace:
+    return Trace(path)

@@ -1,0 +1,313 @@
+"""CPU tests of training_workloads (the GPU runs themselves need an NVIDIA device and nsys)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from training_workloads import (  # noqa: E402
+    DDP_VARIANTS,
+    INPUT_PIPELINE_VARIANTS,
+    capture_name,
+    parse_capture_name,
+)
+from training_workloads.annotate import get_annotator, noop_annotate  # noqa: E402
+from training_workloads.cli import main  # noqa: E402
+from training_workloads.data import FakeDataset  # noqa: E402
+from training_workloads.prefetch import DataPrefetcher  # noqa: E402
+from training_workloads.schedule import StepSchedule  # noqa: E402
+from training_workloads.variants import ALL_CAPTURES  # noqa: E402
+
+EXPECTED_CAPTURES = [
+    "resnet18_baseline", "resnet18_workers", "resnet18_pinned", "resnet18_streams",
+    "resnet18_prefetch", "vit_l32_single", "vit_l32_ddp", "vit_l32_static_graph",
+    "vit_l32_bucket_view", "vit_l32_bf16", "vit_l32_powersgd",
+]
+
+
+# ---------------------------------------------------------------- variant table / names
+def test_capture_names_are_the_eleven_fixture_names():
+    assert list(ALL_CAPTURES) == EXPECTED_CAPTURES
+
+
+@pytest.mark.parametrize("name", EXPECTED_CAPTURES)
+def test_capture_name_round_trip(name):
+    workload, variant = parse_capture_name(name)
+    assert capture_name(workload, variant) == name
+
+
+def test_parse_bare_variant_names():
+    assert parse_capture_name("bucket-view") == ("ddp", "bucket-view")
+    assert parse_capture_name("static_graph") == ("ddp", "static-graph")
+    assert parse_capture_name("pinned") == ("input-pipeline", "pinned")
+    with pytest.raises(KeyError):
+        parse_capture_name("resnet18_nope")
+    with pytest.raises(KeyError):
+        capture_name("ddp", "pinned")
+
+
+def test_input_pipeline_variant_table_follows_the_article():
+    t = INPUT_PIPELINE_VARIANTS
+    assert t["baseline"].num_workers == 0 and not t["baseline"].pin_memory
+    assert t["workers"].num_workers == 8 and not t["workers"].pin_memory
+    assert not t["workers"].non_blocking
+    for name in ("pinned", "streams", "prefetch"):
+        assert t[name].num_workers == 8 and t[name].pin_memory and t[name].non_blocking
+    assert [t[n].copy_mode for n in ("pinned", "streams", "prefetch")] == [
+        "inline", "streams", "prefetch"]
+
+
+def test_ddp_variants_are_cumulative():
+    t = DDP_VARIANTS
+    assert not t["single"].use_ddp
+    assert t["ddp"].use_ddp and not t["ddp"].static_graph and not t["ddp"].gradient_as_bucket_view
+    assert t["static-graph"].static_graph and not t["static-graph"].gradient_as_bucket_view
+    for name in ("bucket-view", "bf16", "powersgd"):
+        assert t[name].static_graph and t[name].gradient_as_bucket_view
+    assert (t["bucket-view"].comm_hook, t["bf16"].comm_hook, t["powersgd"].comm_hook) == (
+        None, "bf16", "powersgd")
+
+
+# ---------------------------------------------------------------- CLI parsing
+def test_cli_lists_variants():
+    r = CliRunner().invoke(main, ["variants", "--names"])
+    assert r.exit_code == 0, r.output
+    assert r.output.split() == EXPECTED_CAPTURES
+
+
+def test_cli_rejects_unknown_variant():
+    r = CliRunner().invoke(main, ["input-pipeline", "--variant", "nope"])
+    assert r.exit_code == 2
+    r = CliRunner().invoke(main, ["ddp", "--variant", "pinned"])
+    assert r.exit_code == 2
+
+
+def test_cli_passes_options_to_input_pipeline(monkeypatch):
+    import training_workloads.input_pipeline as ip
+
+    seen = {}
+    monkeypatch.setattr(ip, "run", lambda variant, **kw: seen.update(variant=variant, **kw))
+    r = CliRunner().invoke(main, ["input-pipeline", "--variant", "pinned", "--steps", "5",
+                                  "--warmup", "2", "--no-profiler-range"])
+    assert r.exit_code == 0, r.output
+    assert seen["variant"] == "pinned"
+    assert (seen["steps"], seen["warmup"], seen["cooldown"]) == (5, 2, 1)
+    assert seen["profiler_range"] is False
+    assert (seen["batch_size"], seen["image_size"], seen["num_workers"]) == (64, 512, None)
+
+
+def test_cli_passes_options_to_ddp(monkeypatch):
+    import training_workloads.ddp as ddp
+
+    seen = {}
+    monkeypatch.setattr(ddp, "run", lambda variant, **kw: seen.update(variant=variant, **kw))
+    r = CliRunner().invoke(main, ["ddp", "--variant", "bucket-view", "--bucket-cap-mb", "100"])
+    assert r.exit_code == 0, r.output
+    assert seen["variant"] == "bucket-view" and seen["bucket_cap_mb"] == 100
+    assert (seen["steps"], seen["warmup"], seen["batch_size"], seen["image_size"]) == (3, 10, 32, 224)
+    assert seen["num_workers"] == 8 and seen["profiler_range"] is True
+
+
+def test_cli_rejects_bad_numbers():
+    assert CliRunner().invoke(main, ["ddp", "--steps", "0"]).exit_code == 2
+    assert CliRunner().invoke(main, ["ddp", "--bucket-cap-mb", "0"]).exit_code == 2
+    assert CliRunner().invoke(main, ["ddp", "--powersgd-start-iter", "1"]).exit_code == 2
+
+
+def test_single_refuses_world_size_above_one(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    r = CliRunner().invoke(main, ["ddp", "--variant", "single"])
+    assert r.exit_code == 1
+    assert "without DDP" in r.output
+    import os
+
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_ddp_world_of_one_without_torchrun(monkeypatch):
+    from training_workloads.ddp import dist_env
+
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    assert dist_env(use_ddp=True) == (0, 0, 1)
+    import os
+
+    assert os.environ["MASTER_ADDR"] and os.environ["MASTER_PORT"]
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert dist_env(use_ddp=True) == (3, 1, 4)
+
+
+# ---------------------------------------------------------------- NVTX fallback
+def test_nvtx_fallback_without_the_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvtx", None)  # makes `import nvtx` raise ImportError
+    monkeypatch.delenv("TRAINING_WORKLOADS_NVTX", raising=False)
+    annotate, desc = get_annotator()
+    assert annotate is noop_annotate and desc.startswith("none")
+    with annotate("Batch 0", color="blue"):
+        with annotate("get batch"):
+            pass
+
+    @annotate("decorated")
+    def f(x):
+        return x + 1
+
+    assert f(1) == 2
+    with pytest.raises(ImportError):
+        get_annotator("nvtx")
+
+
+def test_nvtx_backend_selection(monkeypatch, capsys):
+    calls = []
+
+    class _Range:
+        def __init__(self, msg, color=None):
+            calls.append((msg, color))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    fake = types.ModuleType("nvtx")
+    fake.annotate = _Range
+    fake.__version__ = "0.2.11"
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    annotate, desc = get_annotator("auto")
+    assert desc == "nvtx 0.2.11"
+    with annotate("Batch 3", color="blue"):
+        pass
+    assert calls == [("Batch 3", "blue")]
+    assert "WARNING" not in capsys.readouterr().err
+
+    fake.__version__ = "0.2.17"
+    get_annotator("nvtx")
+    assert "not record" in capsys.readouterr().err
+
+    monkeypatch.setenv("TRAINING_WORKLOADS_NVTX", "none")
+    assert get_annotator()[0] is noop_annotate
+    with pytest.raises(ValueError):
+        get_annotator("bogus")
+
+
+# ---------------------------------------------------------------- data
+def test_fake_dataset_shapes_input_pipeline():
+    ds = FakeDataset(14 * 4, 64, label_mode="index")
+    assert len(ds) == 56
+    img, label = ds[13]
+    assert img.shape == (3, 64, 64) and img.dtype == torch.float32
+    assert label.item() == 3 and label.dtype == torch.int64
+    with pytest.raises(IndexError):
+        ds[56]
+    loader = torch.utils.data.DataLoader(ds, batch_size=4)
+    data, targets = next(iter(loader))
+    assert data.shape == (4, 3, 64, 64) and targets.shape == (4,)
+
+
+def test_fake_dataset_shapes_ddp():
+    ds = FakeDataset(8, 32, label_mode="random", num_classes=1000)
+    img, label = ds[0]
+    assert img.shape == (3, 32, 32)
+    assert isinstance(label, int) and 0 <= label < 1000
+    data, targets = next(iter(torch.utils.data.DataLoader(ds, batch_size=8)))
+    assert data.shape == (8, 3, 32, 32) and targets.dtype == torch.int64
+    with pytest.raises(ValueError):
+        FakeDataset(1, 8, label_mode="other")
+
+
+# ---------------------------------------------------------------- prefetcher
+def test_prefetcher_on_cpu_tensors():
+    batches = [(torch.full((2, 3), float(i)), torch.tensor([i, i])) for i in range(4)]
+    seen = []
+
+    def annotate(msg, color=None):
+        seen.append(msg)
+        return noop_annotate()
+
+    pf = DataPrefetcher(batches, "cpu", annotate=annotate)
+    assert pf.stream is None
+    assert seen == ["copy batch"]  # the first batch is preloaded at construction
+    out = list(pf)
+    assert len(out) == 4
+    for i, (data, target) in enumerate(out):
+        assert torch.equal(data, batches[i][0]) and torch.equal(target, batches[i][1])
+        assert data.device.type == "cpu"
+    assert seen == ["copy batch"] * 4
+    with pytest.raises(StopIteration):
+        next(pf)
+
+
+def test_prefetcher_empty_loader_and_nested_batches():
+    assert list(DataPrefetcher([], "cpu")) == []
+    batch = {"x": torch.ones(2), "y": [torch.zeros(1), 7]}
+    (out,) = list(DataPrefetcher([batch], "cpu"))
+    assert torch.equal(out["x"], batch["x"]) and out["y"][1] == 7
+
+
+# ---------------------------------------------------------------- schedule
+def test_step_schedule_on_cpu():
+    s = StepSchedule(2, 3, 1, cuda=False)
+    assert s.total == 6 and s.profiler_range is False
+    for i in range(s.total):
+        s.before_step(i)
+    s.finish()
+    assert s.elapsed >= 0
+    line = s.report(workload="x", variant="y")
+    assert line.startswith("THROUGHPUT workload=x variant=y steps=3 ")
+    assert "steps_per_s=" in line and "step_ms=" in line
+
+    s = StepSchedule(1, 1, 0, cuda=False)
+    for i in range(s.total):
+        s.before_step(i)
+    s.finish()  # no cool-down step: finish() closes the window
+    assert s.end_time is not None
+    with pytest.raises(ValueError):
+        StepSchedule(0, 0)
+
+
+# ---------------------------------------------------------------- CPU smoke of the loops
+@pytest.fixture
+def tiny_torchvision(monkeypatch):
+    """A stand-in torchvision whose resnet18 is a tiny CNN (the loop, not the model, is tested)."""
+    tv = types.ModuleType("torchvision")
+    models = types.ModuleType("torchvision.models")
+
+    def resnet18():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+            torch.nn.Linear(4, 10))
+
+    models.resnet18 = resnet18
+    tv.models = models
+    monkeypatch.setitem(sys.modules, "torchvision", tv)
+    monkeypatch.setitem(sys.modules, "torchvision.models", models)
+    return tv
+
+
+@pytest.mark.parametrize("variant", ["baseline", "pinned", "prefetch"])
+def test_input_pipeline_cpu_smoke(tiny_torchvision, variant):
+    r = CliRunner().invoke(main, [
+        "input-pipeline", "--variant", variant, "--device", "cpu", "--batch-size", "2",
+        "--image-size", "32", "--warmup", "1", "--steps", "2", "--num-workers", "0",
+        "--nvtx-backend", "none"])
+    assert r.exit_code == 0, r.output
+    line = [ln for ln in r.output.splitlines() if ln.startswith("THROUGHPUT")]
+    assert len(line) == 1
+    assert f"variant={variant}" in line[0] and "steps=2" in line[0]
+    assert "profiler_range=0" in line[0]
+
+
+def test_streams_variant_needs_cuda(tiny_torchvision):
+    r = CliRunner().invoke(main, ["input-pipeline", "--variant", "streams", "--device", "cpu",
+                                  "--image-size", "32", "--batch-size", "2"])
+    assert r.exit_code == 1 and "CUDA" in r.output

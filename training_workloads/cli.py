@@ -1,0 +1,110 @@
+"""``python -m training_workloads``: the two article workloads, ready for nsys."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .annotate import BACKENDS
+from .variants import ALL_CAPTURES, DDP_VARIANTS, INPUT_PIPELINE_VARIANTS
+
+
+def _common(f):
+    f = click.option("--nvtx-backend", type=click.Choice(BACKENDS), default=None,
+                     help="NVTX ranges: python nvtx (auto when importable), torch, or none. "
+                          "Default: $TRAINING_WORKLOADS_NVTX or auto.")(f)
+    f = click.option("--no-profiler-range", "no_profiler_range", is_flag=True,
+                     help="Do not call torch.cuda.profiler.start/stop around the measured steps.")(f)
+    f = click.option("--cooldown", type=click.IntRange(min=0), default=1, show_default=True,
+                     help="Steps after the measured window.")(f)
+    f = click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="Measured (profiled) steps.")(f)
+    f = click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True,
+                     help="Warm-up steps before the measured window.")(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Training workloads of the Nsight Systems data-transfer articles.
+
+    Each run does --warmup steps, then synchronizes and calls torch.cuda.profiler.start()
+    (profile with nsys --capture-range=cudaProfilerApi), runs --steps steps, synchronizes,
+    calls profiler.stop(), runs --cooldown steps and prints one line
+    "THROUGHPUT ... steps_per_s=X step_ms=Y".
+    """
+
+
+@main.command("input-pipeline")
+@click.option("--variant", type=click.Choice(list(INPUT_PIPELINE_VARIANTS)), default="baseline",
+              show_default=True)
+@_common
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--image-size", type=click.IntRange(min=32), default=512, show_default=True)
+@click.option("--num-workers", type=click.IntRange(min=0), default=None,
+              help="Override the variant's DataLoader workers (baseline 0, others 8).")
+@click.option("--device", default="cuda", show_default=True,
+              help="'cuda', 'cuda:N', or 'cpu' for a smoke run (not the streams variant).")
+@click.option("--seed", type=int, default=None)
+def input_pipeline_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend,
+                       batch_size, image_size, num_workers, device, seed):
+    """ResNet-18, batch 64, random 3x512x512 images, Adam (host-to-device article)."""
+    from . import input_pipeline
+
+    try:
+        input_pipeline.run(variant, steps=steps, warmup=warmup, cooldown=cooldown,
+                           batch_size=batch_size, image_size=image_size,
+                           num_workers=num_workers, device=device,
+                           profiler_range=not no_profiler_range, nvtx_backend=nvtx_backend,
+                           seed=seed)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command("ddp")
+@click.option("--variant", type=click.Choice(list(DDP_VARIANTS)), default="ddp",
+              show_default=True)
+@_common
+@click.option("--bucket-cap-mb", type=click.FloatRange(min=0, min_open=True), default=2000,
+              show_default=True, help="DDP bucket capacity (2000 = one bucket for ViT-L/32).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--image-size", type=click.IntRange(min=32), default=224, show_default=True)
+@click.option("--num-workers", type=click.IntRange(min=0), default=8, show_default=True)
+@click.option("--powersgd-start-iter", type=click.IntRange(min=2), default=2, show_default=True,
+              help="PowerSGDState.start_powerSGD_iter (torch's default, 1000, never compresses "
+                   "in a short run).")
+@click.option("--powersgd-rank", type=click.IntRange(min=1), default=1, show_default=True,
+              help="PowerSGDState.matrix_approximation_rank.")
+def ddp_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend, bucket_cap_mb,
+            batch_size, image_size, num_workers, powersgd_start_iter, powersgd_rank):
+    """ViT-L/32, batch 32, 224x224, SGD, DDP variants (run under torchrun at any world size)."""
+    from . import ddp
+
+    try:
+        ddp.run(variant, steps=steps, warmup=warmup, cooldown=cooldown, batch_size=batch_size,
+                image_size=image_size, num_workers=num_workers, bucket_cap_mb=bucket_cap_mb,
+                powersgd_start_iter=powersgd_start_iter, powersgd_rank=powersgd_rank,
+                profiler_range=not no_profiler_range, nvtx_backend=nvtx_backend)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command("variants")
+@click.option("--names", is_flag=True, help="Print only the capture names, one a line.")
+def variants_cmd(names):
+    """List the variants and their capture names."""
+    if names:
+        click.echo("\n".join(ALL_CAPTURES))
+        return
+    from .variants import capture_name
+
+    for name, v in INPUT_PIPELINE_VARIANTS.items():
+        click.echo(f"input-pipeline {name:13s} {capture_name('input-pipeline', name):22s} "
+                   f"{v.description}")
+    for name, v in DDP_VARIANTS.items():
+        click.echo(f"ddp            {name:13s} {capture_name('ddp', name):22s} {v.description}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,90 @@
+"""Warm-up / profiled / cool-down step schedule shared by both workloads.
+
+As in the articles: at step ``warmup`` synchronize, start the clock and call
+``torch.cuda.profiler.start()`` (``cudaProfilerStart``, which opens an
+``nsys profile --capture-range=cudaProfilerApi`` window); at step ``warmup + steps``
+synchronize, call ``profiler.stop()`` and stop the clock; then ``cooldown`` more steps.
+Without nsys attached the profiler calls are no-ops, so the same run measures the
+unprofiled throughput.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+
+class StepSchedule:
+    def __init__(self, warmup: int, steps: int, cooldown: int = 1, *,
+                 cuda: bool = True, profiler_range: bool = True) -> None:
+        if warmup < 0 or steps < 1 or cooldown < 0:
+            raise ValueError("need warmup >= 0, steps >= 1, cooldown >= 0")
+        self.warmup = warmup
+        self.steps = steps
+        self.cooldown = cooldown
+        self.cuda = cuda
+        self.profiler_range = profiler_range and cuda
+        self.start_time: Optional[float] = None
+        self.end_time: Optional[float] = None
+        self._profiling = False
+
+    @property
+    def total(self) -> int:
+        return self.warmup + self.steps + self.cooldown
+
+    def _sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def _start(self) -> None:
+        self._sync()
+        self.start_time = time.perf_counter()
+        if self.profiler_range:
+            import torch
+
+            torch.cuda.profiler.start()
+            self._profiling = True
+
+    def _stop(self) -> None:
+        self._sync()
+        if self._profiling:
+            import torch
+
+            torch.cuda.profiler.stop()
+            self._profiling = False
+        self.end_time = time.perf_counter()
+
+    def before_step(self, i: int) -> None:
+        """Call at the top of loop iteration ``i`` (before its ``Batch i`` range opens)."""
+        if i == self.warmup:
+            self._start()
+        elif i == self.warmup + self.steps:
+            self._stop()
+
+    def finish(self) -> None:
+        """Call after the loop; closes the window when there was no cool-down step."""
+        if self.start_time is not None and self.end_time is None:
+            self._stop()
+
+    @property
+    def elapsed(self) -> float:
+        if self.start_time is None or self.end_time is None:
+            raise RuntimeError("the measured window did not complete")
+        return self.end_time - self.start_time
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.elapsed
+
+    def report(self, **fields: object) -> str:
+        parts = [f"{k}={v}" for k, v in fields.items()]
+        parts += [
+            f"steps={self.steps}",
+            f"seconds={self.elapsed:.4f}",
+            f"steps_per_s={self.steps_per_s:.3f}",
+            f"step_ms={1000.0 * self.elapsed / self.steps:.2f}",
+            f"profiler_range={int(self.profiler_range)}",
+        ]
+        return "THROUGHPUT " + " ".join(parts)
