@@ -19,6 +19,10 @@ clipped to the window; counts and bytes are attributed by activity start):
   kernel launches, synchronous memcpy APIs (no ``Async``), and explicit synchronizations
 - munmap_count/munmap_ns: munmap calls in the CPU range; munmap_gpu_idle_ns = GPU idle in the
   window that coincides with them (|munmap - busy|)
+- time_* : a partition of the window (they sum to window_ns) over X = non-NCCL kernels,
+  N = NCCL kernels, C = memcpys ∪ memsets: time_compute_only_ns = |X - N - C|,
+  time_copy_hidden_ns = |C ∩ (X ∪ N)|, time_copy_exposed_ns = |C - X - N|,
+  time_nccl_overlapped_ns = |X ∩ N - C|, time_nccl_exposed_ns = |N - X - C|, and idle_ns
 """
 from __future__ import annotations
 
@@ -86,7 +90,8 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
         kern, copies, sets = _coverage(k), _coverage(m), _coverage(s)
         nccl, compute = _coverage(k, is_nccl), _coverage(k, ~is_nccl)
         htod_cov = _coverage(m, htod)
-        busy = Coverage.of(kern, copies, sets)
+        copy_or_set = Coverage.of(copies, sets)
+        busy = Coverage.of(kern, copy_or_set)
         m_start, k_start = m["start"].to_numpy(), k["start"].to_numpy()
         m_bytes, m_dur = m["bytes"].to_numpy(), (m["end"] - m["start"]).to_numpy()
         src, dst = m["srcKind"].to_numpy(), m["dstKind"].to_numpy()
@@ -127,6 +132,7 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
             "nccl_ns": nccl.within(a, b),
             # |NCCL - compute| = |kernels| - |compute|, since kernels = NCCL ∪ compute
             "nccl_exposed_ns": kern.within(a, b) - compute.within(a, b),
+            **_time_partition(compute, nccl, copy_or_set, kern, busy, a, b),
         }
         for name, values in cols.items():
             out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
@@ -139,6 +145,24 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
     frame["htod_kernel_overlap"] = _ratio(frame["htod_hidden_ns"], frame["htod_ns"])
     frame["nccl_share"] = _ratio(frame["nccl_ns"], frame["window_ns"])
     return frame
+
+
+def _time_partition(x: Coverage, n: Coverage, c: Coverage, xn: Coverage, xnc: Coverage,
+                    a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """Venn regions of X (compute), N (NCCL), C (copies) in each window, by inclusion-exclusion.
+
+    ``xn`` and ``xnc`` are the unions X ∪ N and X ∪ N ∪ C (already built by the caller).
+    """
+    u_xn, u_xnc = xn.within(a, b), xnc.within(a, b)
+    u_xc, u_nc = Coverage.of(x, c).within(a, b), Coverage.of(n, c).within(a, b)
+    c_len = c.within(a, b)
+    return {
+        "time_compute_only_ns": u_xnc - u_nc,
+        "time_copy_hidden_ns": c_len - (u_xnc - u_xn),
+        "time_copy_exposed_ns": u_xnc - u_xn,
+        "time_nccl_overlapped_ns": u_xc + u_nc - c_len - u_xnc,
+        "time_nccl_exposed_ns": u_xnc - u_xc,
+    }
 
 
 def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataFrame,

@@ -1,8 +1,9 @@
 """Training steps: detect the repeating NVTX step range and project each step onto the GPU.
 
 A step is an NVTX range that repeats with a counter (``Batch 12``, ``ProfilerStep#3``,
-``step 5``, ``iteration 7``) or a repeated ``train_step``-like name. The outermost such
-family is chosen automatically; ``pattern`` (a regex) overrides.
+``step 5``, ``iteration 7``, ``Step 10 to 20``) or a repeated ``train_step``-like name.
+The outermost such family is chosen automatically (see ``detect_step_family``);
+``pattern`` (a regex) overrides.
 
 GPU projection (as NVIDIA's ``nvtx_gpu_proj_trace``): runtime calls made on the step's
 thread inside its CPU range → GPU work with the same correlationId in the same process →
@@ -20,23 +21,24 @@ import pandas as pd
 
 from .trace.tables import pid_of
 
-COUNTED_NAME = re.compile(r"^(?P<stem>\D*?)\s*[#_:=\-]?\s*(?P<num>\d+)\s*$")
+DIGITS = re.compile(r"\d+")
 UNCOUNTED_STEP_NAME = re.compile(r"^(train(ing)?[ _]?)?(step|iter|iteration)$", re.IGNORECASE)
-NOT_A_STEP_STEM = re.compile(r"epoch", re.IGNORECASE)
+STEP_WORD = re.compile(r"step|batch|iter|train", re.IGNORECASE)
+NOT_A_STEP = re.compile(r"epoch", re.IGNORECASE)
+MIN_COVERAGE = 0.5  # a family without a step-like word must cover this share of its time span
 
 STEP_COLUMNS = ["globalPid", "globalTid", "step", "name", "cpu_start", "cpu_end"]
 
 
 def family_of(names: pd.Series) -> pd.Series:
-    """Step-family key per range name ('' when the name cannot be a step)."""
-    parts = names.str.extract(COUNTED_NAME)
-    stem = parts["stem"].fillna("").str.strip()
-    counted = parts["num"].notna() & (stem != "") & ~stem.str.contains(NOT_A_STEP_STEM)
-    uncounted = names.str.strip().str.fullmatch(UNCOUNTED_STEP_NAME)
-    return pd.Series(
-        np.where(counted, "#" + stem.str.lower(), np.where(uncounted, "=" + names.str.strip().str.lower(), "")),
-        index=names.index,
-    )
+    """Step-family key per range name: the name with digit runs as '#' ('Batch #', 'Step # to #'),
+    a repeated step-like name as itself ('train_step'), or '' when the name cannot be a step."""
+    stripped = names.str.strip()
+    key = stripped.str.replace(DIGITS, "#", regex=True)
+    counted = stripped.str.contains(DIGITS) & key.str.replace("#", "").str.strip().ne("")
+    uncounted = stripped.str.fullmatch(UNCOUNTED_STEP_NAME).fillna(False)
+    family = pd.Series(np.where(counted | uncounted, key, ""), index=names.index)
+    return family.where(~family.str.contains(NOT_A_STEP), "")
 
 
 def _contained_fraction(inner: pd.DataFrame, outer: pd.DataFrame) -> float:
@@ -55,11 +57,19 @@ def _contained_fraction(inner: pd.DataFrame, outer: pd.DataFrame) -> float:
     return contained / len(inner)
 
 
+def _coverage(ranges: pd.DataFrame) -> float:
+    """Share of the family's own time span (first start → last end) its ranges cover."""
+    span = ranges["end"].max() - ranges["start"].min()
+    return float((ranges["end"] - ranges["start"]).sum() / span) if span > 0 else 0.0
+
+
 def detect_step_family(nvtx: pd.DataFrame) -> str | None:
     """Family key of the outermost repeating step range, or None.
 
     Candidates are families with at least two ranges; a family mostly (>50%) nested inside
-    another candidate is not outermost. Among outermost ones the longest in total wins.
+    another candidate is not outermost. An outermost family named like a step (step, batch,
+    iter, train) wins, the longest in total first; otherwise one that covers at least half
+    of its time span (so sparse per-op ranges such as ``aten::to, op_id = 12`` are not steps).
     """
     if nvtx.empty:
         return None
@@ -67,15 +77,13 @@ def detect_step_family(nvtx: pd.DataFrame) -> str | None:
     ranges = nvtx.assign(family=fam)[fam != ""]
     counts = ranges["family"].value_counts()
     candidates = list(counts[counts >= 2].index)
-    if not candidates:
-        return None
     groups = {f: ranges[ranges["family"] == f] for f in candidates}
-    outermost = [
-        f for f in candidates
-        if _contained_fraction(groups[f], ranges[(ranges["family"] != f) & ranges["family"].isin(candidates)]) <= 0.5
-    ]
-    pool = outermost or candidates
-    return max(pool, key=lambda f: int((groups[f]["end"] - groups[f]["start"]).sum()))
+    others = ranges[ranges["family"].isin(candidates)]
+    outermost = [f for f in candidates if _contained_fraction(groups[f], others[others["family"] != f]) <= 0.5]
+    by_total = sorted(outermost, key=lambda f: -int((groups[f]["end"] - groups[f]["start"]).sum()))
+    named = [f for f in by_total if STEP_WORD.search(f)]
+    dense = [f for f in by_total if _coverage(groups[f]) >= MIN_COVERAGE]
+    return (named or dense or [None])[0]
 
 
 def find_steps(nvtx: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFrame, str | None]:
@@ -94,7 +102,7 @@ def find_steps(nvtx: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataF
         if family is None:
             return pd.DataFrame(columns=STEP_COLUMNS), None
         chosen = nvtx[family_of(nvtx["name"]) == family]
-        label = family[1:]
+        label = family
     steps = chosen.assign(globalPid=pid_of(chosen["globalTid"])).sort_values(["globalPid", "start"])
     steps = steps.rename(columns={"start": "cpu_start", "end": "cpu_end"})
     steps["step"] = steps.groupby("globalPid").cumcount()

@@ -1,0 +1,1 @@
+"""Renderers: format the report dict (``Analysis.to_dict()``) and never compute metrics."""

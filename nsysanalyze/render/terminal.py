@@ -1,0 +1,98 @@
+"""Terminal renderer (rich): header, notes, summary table, per-step table, findings with fixes."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from .format import SUMMARY_ROWS, STEP_COLUMNS, device_label, evidence_value, ms, pct, step_cells, subrange_table
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
+
+
+def header(report: dict) -> Panel:
+    t = report["trace"]
+    procs = ", ".join(f"{p['name']} (pid {p['pid']})" for p in t["processes"]) or "-"
+    gpus = ", ".join(sorted({d["name"] or f"GPU {d['deviceId']}" for d in t["devices"]})) or "-"
+    body = Text.assemble(
+        ("nsys ", "dim"), f"{t['nsys_version'] or '?'}", ("  schema ", "dim"), f"{t['schema_version'] or '?'}",
+        ("\nprocesses ", "dim"), procs, ("\nGPUs ", "dim"), f"{gpus} ({len(t['devices'])} in use)",
+        ("\nsteps ", "dim"), t.get("step_family") or "none found (one window per device)",
+    )
+    return Panel(body, title=Text(t["path"]), title_align="left")
+
+
+def summary_table(report: dict) -> Table | None:
+    devices = report["summary"]["devices"]
+    if not devices:
+        return None
+    table = Table(title="Summary (whole capture; step medians where marked)", title_justify="left")
+    table.add_column("metric", style="dim")
+    for d in devices:
+        table.add_column(device_label(d, report["trace"]["processes"]), justify="right")
+    for label, key, fmt in SUMMARY_ROWS:
+        if any(d.get(key) is not None for d in devices):
+            table.add_row(label, *[fmt(d.get(key)) for d in devices])
+    return table
+
+
+def steps_table(report: dict) -> Table | None:
+    if not report["steps"]:
+        return None
+    table = Table(title="Per step", title_justify="left")
+    for i, (h, _, _) in enumerate(STEP_COLUMNS):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for s in report["steps"]:
+        table.add_row(*[Text(c) for c in step_cells(s)])
+    return table
+
+
+def subranges_table(report: dict) -> Table | None:
+    rows = subrange_table(report)
+    if not rows:
+        return None
+    table = Table(title="CPU sub-ranges (median per step)", title_justify="left")
+    table.add_column("range")
+    table.add_column("time", justify="right")
+    table.add_column("share of step", justify="right")
+    for name, ns, share in rows:
+        table.add_row(Text(name), ms(ns), pct(share))
+    return table
+
+
+def findings_panels(report: dict) -> list[Panel]:
+    panels = []
+    for i, f in enumerate(report["findings"], 1):
+        gain = f"up to {ms(f['gain_ns'])} ({f['gain_pct']:.1f}% of the step)" if f["gain_ns"] else "no gain expected"
+        lines: list = [Text(f["title"], style="bold")]
+        lines += [Text.assemble((f"  {k}: ", "dim"), evidence_value(k, v)) for k, v in f["evidence"].items()]
+        lines.append(Text.assemble(("Fix: ", "bold"), f["fix"]))
+        if f["snippet"]:
+            lines.append(Syntax(f["snippet"], "python", theme="ansi_dark", background_color="default"))
+        title = (f"{i}. [{SEVERITY_STYLE[f['severity']]}]{escape(f['rule'])}[/] · {f['severity']} · "
+                 f"confidence {f['confidence']:.0%} · {gain}")
+        panels.append(Panel(Group(*lines), title=title, title_align="left"))
+    return panels
+
+
+def render(report: dict, console: Console, sections=("summary", "steps", "findings")) -> None:
+    console.print(header(report))
+    for note in report["notes"]:
+        console.print(Text("note: ", style="yellow") + Text(note))
+    parts = []
+    if "summary" in sections:
+        parts.append(summary_table(report))
+    if "steps" in sections:
+        parts += [steps_table(report), subranges_table(report)]
+    for part in parts:
+        if part is not None:
+            console.print(part)
+    if "findings" in sections:
+        console.print(Text("Findings (largest possible gain first)", style="bold underline"))
+        if not report["findings"]:
+            console.print("No finding: no rule matched this trace.")
+        for p in findings_panels(report):
+            console.print(p)
