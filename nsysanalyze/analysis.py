@@ -190,11 +190,14 @@ class Analysis:
         if t.nvtx.empty:
             counts = t.nvtx_event_type_counts
             only_domains = bool(counts) and set(counts) <= {NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY}
-            if t.schema.nvtx_trace_requested and (only_domains or not counts):
+            if t.schema.nvtx_trace_requested and (only_domains or not counts) and self._profiled_python:
                 notes.append(
-                    "NVTX tracing was on but no NVTX range was recorded. If the program annotates with the python "
-                    "`nvtx` package, it is likely newer than the nsys that recorded it (nvtx >= 0.2.12 is not recorded "
-                    "by nsys 2023.4): pin nvtx==0.2.11 or use a newer nsys. The capture is analyzed as one window per device.")
+                    "NVTX tracing was on but no NVTX range was recorded: the python `nvtx` package is likely newer "
+                    "than the nsys that recorded it (nvtx >= 0.2.12 is not recorded by nsys 2023.4): pin "
+                    "nvtx==0.2.11 or use a newer nsys. The capture is analyzed as one window per device.")
+            elif t.schema.nvtx_trace_requested:
+                notes.append("NVTX tracing was on but the program recorded no NVTX range: the capture is analyzed "
+                             "as one window per device (annotate steps with NVTX for per-step results).")
             else:
                 notes.append("No NVTX ranges: the capture is analyzed as one window per device "
                              "(annotate steps with NVTX and capture with --trace=cuda,nvtx for per-step results).")
@@ -210,6 +213,13 @@ class Analysis:
             notes.append("The last step's GPU window ends at its last GPU activity (the idle after it is not in the "
                          "capture); step medians use the other steps.")
         return notes
+
+    @property
+    def _profiled_python(self) -> bool:
+        """Whether the profiled command (or a traced process) is a Python interpreter."""
+        commands = [v for k, vs in self.trace.schema.capture.items() if k.endswith(":COMMAND") for v in vs]
+        names = commands + list(self.trace.processes["name"].astype(str))
+        return any("python" in n.lower() for n in names)
 
     # ---- everything, as plain data --------------------------------------------------
     def to_dict(self) -> dict:

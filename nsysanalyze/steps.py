@@ -22,6 +22,7 @@ import pandas as pd
 from .trace.tables import pid_of
 
 DIGITS = re.compile(r"\d+")
+COUNTER = "{n}"
 UNCOUNTED_STEP_NAME = re.compile(r"^(train(ing)?[ _]?)?(step|iter|iteration)$", re.IGNORECASE)
 STEP_WORD = re.compile(r"step|batch|iter|train", re.IGNORECASE)
 NOT_A_STEP = re.compile(r"epoch", re.IGNORECASE)
@@ -31,11 +32,11 @@ STEP_COLUMNS = ["globalPid", "globalTid", "step", "name", "cpu_start", "cpu_end"
 
 
 def family_of(names: pd.Series) -> pd.Series:
-    """Step-family key per range name: the name with digit runs as '#' ('Batch #', 'Step # to #'),
+    """Step-family key per range name: the name with digit runs as '{n}' ('Batch {n}', 'Step {n} to {n}'),
     a repeated step-like name as itself ('train_step'), or '' when the name cannot be a step."""
     stripped = names.str.strip()
-    key = stripped.str.replace(DIGITS, "#", regex=True)
-    counted = stripped.str.contains(DIGITS) & key.str.replace("#", "").str.strip().ne("")
+    key = stripped.str.replace(DIGITS, COUNTER, regex=True)
+    counted = stripped.str.contains(DIGITS) & key.str.replace(COUNTER, "").str.strip().ne("")
     uncounted = stripped.str.fullmatch(UNCOUNTED_STEP_NAME).fillna(False)
     family = pd.Series(np.where(counted | uncounted, key, ""), index=names.index)
     return family.where(~family.str.contains(NOT_A_STEP), "")

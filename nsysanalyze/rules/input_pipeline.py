@@ -10,9 +10,9 @@ LOADER_RANGE = re.compile(r"get.?batch|data.?load|load.?batch|next.?batch|fetch|
 IDLE_HIGH = 0.25           # GPU idle fraction that makes starvation worth fixing
 LOADER_SHARE_HIGH = 0.30   # loader sub-range share of the CPU step that marks it as the cause
 PAGEABLE_SHARE = 0.5       # share of HtoD bytes from pageable memory that calls for pinning
-EXPOSED_COPY_SHARE = 0.01  # exposed HtoD time, as a share of the step, worth hiding
 HIDDEN_OVERLAP = 0.8       # HtoD/kernel overlap counted as hidden
 IDLE_OK = 0.10             # GPU idle fraction counted as saturated
+MIN_GAIN_SHARE = 0.01      # a fix must be able to save at least this share of the step
 
 
 def loader_time(ev: Evidence) -> tuple[str, float, float]:
@@ -55,9 +55,9 @@ train_loader = DataLoader(dataset, batch_size=BATCH_SIZE,
 def pin_memory(ev: Evidence) -> Finding | None:
     """Host-to-device copies from pageable memory block the CPU (and munmap follows): pin + non_blocking."""
     share = pageable_share(ev)
-    if share < PAGEABLE_SHARE:
-        return None
     copy_ns, idle_mm = ev.get("htod_pageable_ns"), ev.get("munmap_gpu_idle_ns")
+    if share < PAGEABLE_SHARE or copy_ns + idle_mm < MIN_GAIN_SHARE * ev.window_ns:
+        return None
     evidence = {"htod_pageable_bytes": ev.get("htod_pageable_bytes"), "htod_pageable_share": share,
                 "htod_pageable_ns": copy_ns, "sync_copy_calls": ev.get("sync_copy_calls"),
                 "sync_wait_calls": ev.get("sync_wait_calls"), "munmap_count": ev.get("munmap_count"),
@@ -89,7 +89,7 @@ def copy_compute_overlap(ev: Evidence) -> Finding | None:
     if not htod_ns or pageable_share(ev) >= PAGEABLE_SHARE or ev.window_ns == 0:
         return None
     overlap = hidden / htod_ns
-    if overlap >= HIDDEN_OVERLAP or exposed < EXPOSED_COPY_SHARE * ev.window_ns:
+    if overlap >= HIDDEN_OVERLAP or exposed < MIN_GAIN_SHARE * ev.window_ns:
         return None
     return make_finding(
         ev, "copy-compute-overlap",
@@ -120,7 +120,7 @@ def input_pipeline_ok(ev: Evidence) -> Finding | None:
         return None
     exposed = htod_ns - ev.get("htod_hidden_ns")
     overlap = ev.get("htod_hidden_ns") / htod_ns
-    if overlap < HIDDEN_OVERLAP and exposed >= EXPOSED_COPY_SHARE * ev.window_ns:
+    if overlap < HIDDEN_OVERLAP and exposed >= MIN_GAIN_SHARE * ev.window_ns:
         return None
     return make_finding(
         ev, "input-pipeline-ok",

@@ -11,6 +11,7 @@ import sqlite3
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from .schema import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, Schema
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -43,10 +44,14 @@ def fetch_int_frame(conn: sqlite3.Connection, sql: str, columns: list[str], coun
         rows = cur.fetchmany(FETCH_ROWS)
         if not rows:
             break
-        k = len(rows)
-        out[filled:filled + k] = np.fromiter(
-            itertools.chain.from_iterable(rows), dtype=np.int64, count=k * len(columns)
-        ).reshape(k, len(columns))
+        k = min(len(rows), n - filled)
+        try:
+            out[filled:filled + k] = np.fromiter(
+                itertools.chain.from_iterable(rows[:k]), dtype=np.int64, count=k * len(columns)
+            ).reshape(k, len(columns))
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"non-integer values where nsys writes integers ({', '.join(columns)}): "
+                             "the export is corrupted") from None
         filled += k
     return pd.DataFrame(out[:filled], columns=columns, copy=False)
 

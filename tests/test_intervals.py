@@ -1,0 +1,52 @@
+"""Interval algebra against a brute-force per-ns reference on random integer intervals."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsysanalyze.intervals import Coverage, overlap_within, sum_in_windows, union
+
+SPAN = 200
+intervals = st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 40)), max_size=25).map(
+    lambda xs: (np.array([a for a, _ in xs], dtype=np.int64), np.array([a + d for a, d in xs], dtype=np.int64)))
+windows = st.lists(st.tuples(st.integers(-10, SPAN + 50), st.integers(0, 120)), min_size=1, max_size=8).map(
+    lambda xs: (np.array([a for a, _ in xs], dtype=np.int64), np.array([a + d for a, d in xs], dtype=np.int64)))
+
+
+def mask(starts, ends, lo=-10, hi=SPAN + 200):
+    m = np.zeros(hi - lo, dtype=bool)
+    for s, e in zip(starts, ends):
+        m[s - lo:e - lo] = True
+    return m, lo
+
+
+def covered(m, lo, a, b):
+    return np.array([m[max(x - lo, 0):max(y - lo, 0)].sum() for x, y in zip(a, b)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, windows)
+def test_coverage_within_matches_brute_force(iv, win):
+    m, lo = mask(*iv)
+    assert (Coverage(*iv).within(*win) == covered(m, lo, *win)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, intervals, windows)
+def test_overlap_and_union_of_coverages(x, y, win):
+    mx, lo = mask(*x)
+    my, _ = mask(*y)
+    cx, cy = Coverage(*x), Coverage(*y)
+    cxy = Coverage.of(cx, cy)
+    assert (cxy.within(*win) == covered(mx | my, lo, *win)).all()
+    assert (overlap_within(cx, cy, cxy, *win) == covered(mx & my, lo, *win)).all()
+
+
+def test_union_merges_touching_and_nested():
+    s, e = union(np.array([5, 0, 10, 2, 30]), np.array([10, 3, 20, 4, 30]))
+    assert s.tolist() == [0, 5] and e.tolist() == [4, 20]  # [30,30) is empty and dropped
+
+
+def test_sum_in_windows_half_open():
+    t = np.array([0, 10, 10, 20])
+    v = np.array([1, 2, 3, 4])
+    assert sum_in_windows(t, v, np.array([0, 10, 21]), np.array([10, 20, 30])).tolist() == [1, 5, 0]

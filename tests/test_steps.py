@@ -1,0 +1,46 @@
+"""Step-family detection on range names (pure functions over an NVTX frame)."""
+import pandas as pd
+
+from nsysanalyze.steps import detect_step_family, family_of, find_steps
+
+
+def nvtx(rows, tid=1 << 24 | 1):
+    return pd.DataFrame([{"start": a, "end": b, "globalTid": tid, "name": n} for n, a, b in rows])
+
+
+def test_family_keys():
+    names = pd.Series(["Batch 12", "ProfilerStep#3", "step 5", "iteration 7", "train_step", "Step 10 to 20",
+                       "get batch", "epoch 3", "forward"])
+    assert family_of(names).tolist() == ["Batch {n}", "ProfilerStep#{n}", "step {n}", "iteration {n}",
+                                         "train_step", "Step {n} to {n}", "", "", ""]
+
+
+def test_outermost_counted_family_wins_over_nested_ones():
+    rows = []
+    for i in range(3):
+        base = i * 100
+        rows += [(f"Batch {i}", base, base + 100), (f"layer {i}", base + 10, base + 20), (f"layer {i + 10}", base + 30, base + 40)]
+    assert detect_step_family(nvtx(rows)) == "Batch {n}"
+
+
+def test_epoch_is_not_a_step_and_steps_inside_it_are_found():
+    rows = [("epoch 0", 0, 1000), ("epoch 1", 1000, 2000)] + [(f"iteration {i}", i * 100, i * 100 + 90) for i in range(20)]
+    assert detect_step_family(nvtx(rows)) == "iteration {n}"
+
+
+def test_sparse_per_op_ranges_are_not_steps():
+    rows = [(f"aten::to, op_id = {i}", i * 1000, i * 1000 + 10) for i in range(5)]
+    assert detect_step_family(nvtx(rows)) is None
+
+
+def test_dense_unnamed_family_is_accepted():
+    rows = [(f"chunk {i}", i * 100, i * 100 + 95) for i in range(5)]
+    assert detect_step_family(nvtx(rows)) == "chunk {n}"
+
+
+def test_step_range_regex_overrides_and_numbers_per_process():
+    p1, p2 = (1 << 24) | 1, (2 << 24) | 1
+    frame = pd.concat([nvtx([("fwd", 0, 10), ("fwd", 20, 30)], p1), nvtx([("fwd", 5, 15)], p2)], ignore_index=True)
+    steps, label = find_steps(frame, "^fwd$")
+    assert label == "/^fwd$/"
+    assert steps[["globalTid", "step", "cpu_start"]].values.tolist() == [[p1, 0, 0], [p1, 1, 20], [p2, 0, 5]]

@@ -1,0 +1,115 @@
+"""Exact metrics on a tiny synthetic trace built on a real nsys schema (see conftest.tiny_path)."""
+import math
+
+import pytest
+
+import nsysanalyze
+from conftest import P, Q, T
+from tiny import gpid
+
+
+@pytest.fixture
+def analysis(tiny_path):
+    with nsysanalyze.open(tiny_path) as a:
+        yield a
+
+
+def step_row(steps, step, device=0):
+    rows = steps[(steps["step"] == step) & (steps["deviceId"] == device) & (steps["globalPid"] == gpid(P))]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_steps_are_detected_and_projected(analysis):
+    steps = analysis.steps()
+    assert analysis.info.step_family == "Batch {n}"
+    # GPU 0 windows: step start = first GPU work it launched; end = next step's start (last: own end)
+    assert [(r.window_start, r.window_end, r.closed) for r in steps[steps.deviceId == 0].itertuples()] == [
+        (700, 1650, True), (1650, 2500, True), (2500, 2700, False)]
+    # GPU 1 only got work from step 1
+    gpu1 = steps[steps.deviceId == 1]
+    assert [(r.step, r.window_start, r.window_end) for r in gpu1.itertuples()] == [(0, 900, 1000)]
+    assert set(steps["globalTid"]) == {T}
+
+
+def test_step1_idle_copies_and_cpu(analysis):
+    s = step_row(analysis.steps(), 0)
+    assert s.window_ns == 950
+    assert s.busy_ns == 250            # [700, 950)
+    assert s.idle_ns == 700
+    assert s.idle_fraction == pytest.approx(700 / 950)
+    assert s.kernel_ns == 150 and s.kernel_count == 2
+    assert s.memcpy_ns == 100 and s.memcpy_hidden_ns == 0 and s.memcpy_kernel_overlap == 0.0
+    assert s.htod_bytes == 1000 and s.htod_pageable_bytes == 1000 and s.htod_pinned_bytes == 0
+    assert s.sync_copy_calls == 1 and s.sync_copy_ns == 5
+    assert s.launch_calls == 3
+    assert s.cpu_ns == 1000
+    assert s.munmap_count == 1 and s.munmap_ns == 40
+    assert s.munmap_gpu_idle_ns == 40  # [960, 1000) falls in GPU idle
+
+
+def test_step2_overlap_nccl_dtod(analysis):
+    s = step_row(analysis.steps(), 1)
+    assert s.window_ns == 850 and s.busy_ns == 250 and s.idle_ns == 600
+    assert s.memcpy_ns == 150 and s.memcpy_hidden_ns == 100
+    assert s.memcpy_kernel_overlap == pytest.approx(100 / 150)
+    assert s.htod_ns == 100 and s.htod_kernel_overlap == 1.0
+    assert s.htod_pinned_bytes == 2000 and s.htod_pageable_bytes == 0
+    assert s.nccl_count == 1 and s.nccl_ns == 100 and s.nccl_exposed_ns == 100
+    assert s.nccl_share == pytest.approx(100 / 850)
+    assert (s.dtod_bytes, s.dtod_count, s.dtod_ns) == (4096, 1, 50)
+    assert s.sync_wait_calls == 1
+    assert s.munmap_count == 1 and s.munmap_gpu_idle_ns == 0  # [1660,1700) is under a kernel
+    # the time partition: X=[1650,1750) N=[1750,1850) C=[1700,1800)+[1850,1900)
+    assert (s.time_compute_only_ns, s.time_copy_hidden_ns, s.time_copy_exposed_ns,
+            s.time_nccl_overlapped_ns, s.time_nccl_exposed_ns) == (50, 100, 50, 0, 50)
+
+
+def test_step3_nccl_partly_hidden(analysis):
+    s = step_row(analysis.steps(), 2)
+    assert s.window_ns == 200 and s.idle_ns == 0
+    assert s.nccl_ns == 150 and s.nccl_exposed_ns == 100
+    assert s.time_nccl_overlapped_ns == 50 and s.time_compute_only_ns == 50 and s.time_nccl_exposed_ns == 100
+    assert math.isnan(s.memcpy_kernel_overlap)  # no copy in the window
+
+
+def test_partition_sums_to_window(analysis):
+    steps = analysis.steps()
+    parts = [c for c in steps.columns if c.startswith("time_")] + ["idle_ns"]
+    assert (steps[parts].sum(axis=1) == steps["window_ns"]).all()
+
+
+def test_whole_capture_per_process_and_device(analysis):
+    s = analysis.summary().set_index(["globalPid", "deviceId"])
+    p0 = s.loc[(gpid(P), 0)]
+    assert (p0.window_start, p0.window_end) == (700, 2700)
+    assert p0.busy_ns == 700 and p0.idle_ns == 1300
+    assert p0.dtod_bytes == 4096 and p0.htod_bytes == 3000
+    assert p0.munmap_count == 2 and p0.munmap_gpu_idle_ns == 40
+    # process Q's kernel reuses correlationId 1 but is its own device window, and not one of P's steps
+    q0 = s.loc[(gpid(Q), 0)]
+    assert (q0.window_start, q0.window_end, q0.busy_ns) == (0, 500, 500)
+    assert math.isnan(q0.steps)
+    # medians over closed steps (steps 1 and 2 on GPU 0)
+    assert p0.step_median_window_ns == (950 + 850) / 2
+    assert p0.steps == 3
+
+
+def test_subranges(analysis):
+    sub = analysis.subranges()
+    first = sub[(sub.step == 0)].set_index("name")
+    assert first.loc["get batch", "ns"] == 600 and first.loc["get batch", "share"] == 0.6
+    assert first.loc["copy batch", "ns"] == 80
+    assert "Batch 1" not in first.index
+
+
+def test_info_and_json_contract(analysis):
+    d = analysis.to_dict()
+    assert d["format_version"] == 1
+    assert d["trace"]["nsys_version"] == "2023.4.4.54" and d["trace"]["schema_version"] == "3.7.2"
+    assert {(x["globalPid"], x["deviceId"]) for x in d["trace"]["devices"]} == {(gpid(P), 0), (gpid(P), 1), (gpid(Q), 0)}
+    dev = next(x for x in d["summary"]["devices"] if x["globalPid"] == gpid(P) and x["device"] == 0)
+    for key in ("gpu_idle_fraction", "memcpy_kernel_overlap", "nccl_share", "dtod_bytes", "htod_bytes", "htod_pageable_bytes"):
+        assert key in dev
+    assert dev["gpu_idle_fraction"] == pytest.approx(1300 / 2000)
+    assert len(d["steps"]) == 4
