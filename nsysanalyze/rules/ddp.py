@@ -1,4 +1,148 @@
-"""DDP rules (second article): calibrated on the project's own ViT-L/32 traces."""
+"""DDP rules (second article): single-GPU DDP, gradient copies, bucket overlap, static graph, compression.
+
+DDP leaves two marks in a trace: device-to-device copies of the gradients into and out of its
+communication buckets (copyKind 8, the same GPU), and NCCL all-reduce kernels (``ncclKernel_*``/
+``ncclDevKernel_*``) — at world size 1 NCCL launches no all-reduce kernel, so only the copies
+(and NCCL's own NVTX ranges, when recorded) remain.
+"""
 from __future__ import annotations
 
-RULES: list = []
+from . import Evidence, Finding, make_finding
+
+GRAD_COPY_BYTES = 64e6      # DtoD bytes per step that look like DDP's gradient bucket copies
+GRAD_COPY_SHARE = 0.02      # ...when they also take this share of the step
+NCCL_SHARE_MIN = 0.05       # NCCL worth looking at
+EXPOSED_HIGH = 0.7          # share of NCCL time not hidden under compute: "after the backward"
+FEW_BUCKETS = 2             # all-reduce kernels per step meaning one (or two) buckets
+NCCL_DOMINANT = 0.30        # NCCL share of the step that calls for compression
+NVLINK_CLASS_BPS = 100e9    # achieved all-reduce bandwidth below this is not NVLink-class
+
+
+def grad_copies(ev: Evidence) -> bool:
+    """Large same-GPU copies per step: DDP's bucket copies (or the model's own)."""
+    return ev.get("dtod_bytes") >= GRAD_COPY_BYTES and ev.get("dtod_ns") >= GRAD_COPY_SHARE * ev.window_ns
+
+
+def ddp_single_gpu(ev: Evidence) -> Finding | None:
+    """DDP at world size 1: gradient copies every step, no NCCL all-reduce, one GPU in the file."""
+    if ev.get("nccl_count") > 0 or ev.facts.get("gpu_devices", 1) > 1 or ev.get("ptop_bytes") > 0:
+        return None
+    nccl_ranges = ev.facts.get("nccl_nvtx_ranges", 0)
+    if not grad_copies(ev) and not (nccl_ranges and ev.get("dtod_bytes") > 0):
+        return None
+    return make_finding(
+        ev, "ddp-single-gpu",
+        f"DDP on a single GPU: {ev.get('dtod_bytes') / 1e9:.2f} GB of device-to-device gradient copies per step "
+        f"({ev.get('dtod_ns') / 1e6:.1f} ms) and no NCCL all-reduce kernel",
+        confidence=0.85 if nccl_ranges else 0.6,
+        gain_ns=ev.get("dtod_ns"),
+        evidence={"dtod_bytes": ev.get("dtod_bytes"), "dtod_count": ev.get("dtod_count"), "dtod_ns": ev.get("dtod_ns"),
+                  "dtod_share_of_step": ev.get("dtod_ns") / ev.window_ns if ev.window_ns else 0.0,
+                  "nccl_kernels_per_step": ev.get("nccl_count"), "nccl_nvtx_ranges": nccl_ranges,
+                  "gpus_in_trace": ev.facts.get("gpu_devices", 1)},
+        fix="Run single-GPU training without the DistributedDataParallel wrapper: with one rank DDP only adds "
+            "bucket copies and hooks (the article measured 3-7% lower throughput).",
+        snippet="""
+model = model.to(device)
+if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    model = DDP(model, device_ids=[local_rank])
+""",
+    )
+
+
+def gradient_as_bucket_view(ev: Evidence) -> Finding | None:
+    """Gradient copies into/out of DDP buckets around the all-reduce: let grads alias the buckets."""
+    if ev.get("nccl_count") == 0 or not grad_copies(ev):
+        return None
+    return make_finding(
+        ev, "gradient-as-bucket-view",
+        f"{ev.get('dtod_bytes') / 1e9:.2f} GB of device-to-device copies per step ({ev.get('dtod_ns') / 1e6:.1f} ms) "
+        "around the all-reduce",
+        confidence=0.7, gain_ns=ev.get("dtod_ns"),
+        evidence={"dtod_bytes": ev.get("dtod_bytes"), "dtod_count": ev.get("dtod_count"), "dtod_ns": ev.get("dtod_ns"),
+                  "nccl_ns": ev.get("nccl_ns")},
+        fix="Let parameter gradients be views into DDP's communication buckets, so they are not copied "
+            "in and out around the all-reduce (also saves the gradients' memory).",
+        snippet="""
+model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
+""",
+    )
+
+
+def _nccl_exposure(ev: Evidence) -> tuple[float, float]:
+    nccl = ev.get("nccl_ns")
+    return nccl, (ev.get("nccl_exposed_ns") / nccl if nccl else 0.0)
+
+
+def ddp_bucket_overlap(ev: Evidence) -> Finding | None:
+    """One all-reduce after the whole backward, barely overlapped: smaller buckets overlap it."""
+    nccl, exposed = _nccl_exposure(ev)
+    if not nccl or ev.get("nccl_share") < NCCL_SHARE_MIN or exposed < EXPOSED_HIGH:
+        return None
+    if ev.get("nccl_count") > FEW_BUCKETS:
+        return None
+    return make_finding(
+        ev, "ddp-bucket-overlap",
+        f"{ev.get('nccl_count'):.0f} all-reduce kernel(s) per step, {exposed:.0%} of NCCL time exposed "
+        f"({ev.get('nccl_exposed_ns') / 1e6:.1f} ms): gradients are reduced after the backward, not during it",
+        confidence=0.75, gain_ns=ev.get("nccl_exposed_ns"),
+        evidence={"nccl_kernels_per_step": ev.get("nccl_count"), "nccl_ns": nccl,
+                  "nccl_exposed_ns": ev.get("nccl_exposed_ns"), "nccl_exposed_fraction": exposed,
+                  "nccl_share": ev.get("nccl_share")},
+        fix="Use several smaller DDP buckets so each bucket's all-reduce starts while the backward is still "
+            "computing the rest (tune bucket_cap_mb; the default is 25).",
+        snippet="""
+model = DDP(model, device_ids=[local_rank], bucket_cap_mb=100)   # try 25..200
+""",
+    )
+
+
+def ddp_static_graph(ev: Evidence) -> Finding | None:
+    """Several buckets whose all-reduces still run after the backward: declare the graph static."""
+    nccl, exposed = _nccl_exposure(ev)
+    if not nccl or ev.get("nccl_count") <= FEW_BUCKETS or exposed < EXPOSED_HIGH or ev.get("nccl_share") < NCCL_SHARE_MIN:
+        return None
+    return make_finding(
+        ev, "ddp-static-graph",
+        f"{ev.get('nccl_count'):.0f} all-reduce kernels per step but {exposed:.0%} of NCCL time is still exposed",
+        confidence=0.5, gain_ns=ev.get("nccl_exposed_ns") * 0.5,
+        evidence={"nccl_kernels_per_step": ev.get("nccl_count"), "nccl_exposed_fraction": exposed,
+                  "nccl_exposed_ns": ev.get("nccl_exposed_ns")},
+        fix="If every parameter gets a gradient every step, declare the graph static so DDP skips the "
+            "unused-parameter search and can reorder buckets to match gradient readiness.",
+        snippet="""
+model = DDP(model, device_ids=[local_rank], static_graph=True)
+""",
+    )
+
+
+def grad_compression(ev: Evidence) -> Finding | None:
+    """NCCL dominates the step at low bandwidth: compress gradients (bf16 hook; PowerSGD is lossy)."""
+    nccl, exposed = _nccl_exposure(ev)
+    if not nccl or ev.get("nccl_share") < NCCL_DOMINANT:
+        return None
+    # DDP copies each gradient into its bucket and back: half the DtoD bytes estimate the all-reduce payload
+    payload = ev.get("dtod_bytes") / 2
+    algbw = payload / (nccl / 1e9) if payload else float("nan")
+    if algbw == algbw and algbw >= NVLINK_CLASS_BPS:
+        return None
+    return make_finding(
+        ev, "grad-compression",
+        f"NCCL takes {ev.get('nccl_share'):.0%} of the step"
+        + (f" at ~{algbw / 1e9:.1f} GB/s (not NVLink-class)" if algbw == algbw else ""),
+        confidence=0.6, gain_ns=ev.get("nccl_exposed_ns") * 0.5,
+        evidence={"nccl_share": ev.get("nccl_share"), "nccl_ns": nccl, "nccl_exposed_ns": ev.get("nccl_exposed_ns"),
+                  "allreduce_payload_estimate_bytes": payload, "algbw_estimate_bps": algbw},
+        fix="Halve the all-reduce bytes with the bf16 compression hook; PowerSGD compresses far more but is "
+            "LOSSY (check convergence). Worth it on PCIe-linked GPUs; on NVLink the compression kernels can cost more.",
+        snippet="""
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
+# lossy alternative:
+# from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+# model.register_comm_hook(powerSGD_hook.PowerSGDState(process_group=None), powerSGD_hook.powerSGD_hook)
+""",
+    )
+
+
+RULES = [ddp_single_gpu, gradient_as_bucket_view, ddp_bucket_overlap, ddp_static_graph, grad_compression]
