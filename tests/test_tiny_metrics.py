@@ -113,3 +113,21 @@ def test_info_and_json_contract(analysis):
         assert key in dev
     assert dev["gpu_idle_fraction"] == pytest.approx(1300 / 2000)
     assert len(d["steps"]) == 4
+
+
+def test_old_schema_export_meta_data_and_inline_nvtx_text(tmp_path):
+    """Older exports: EXPORT_META_DATA instead of META_DATA_EXPORT, NVTX text inline (no textId)."""
+    from tiny import TinyTrace
+    t = TinyTrace(tmp_path / "old.sqlite", nsys_version="2022.2.1.31", schema_version="2.7.1")
+    t.conn.execute("ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA")
+    t.conn.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN textId")
+    t.process(P)
+    for i in range(2):
+        t.insert("NVTX_EVENTS", start=i * 100, end=i * 100 + 100, eventType=59, text=f"iteration {i}", globalTid=T)
+        t.runtime(i * 100 + 10, i * 100 + 11, i + 1, T)
+        t.kernel(i * 100 + 20, i * 100 + 60, i + 1, P)
+    with nsysanalyze.open(t.close()) as a:
+        assert (a.info.nsys_version, a.info.schema_version) == ("2022.2.1.31", "2.7.1")
+        assert a.info.step_family == "iteration {n}"
+        steps = a.steps()
+    assert steps[["window_start", "window_end", "busy_ns"]].values.tolist() == [[20, 120, 40], [120, 160, 40]]
