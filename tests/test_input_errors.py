@@ -116,3 +116,27 @@ def test_read_only_file_on_read_only_dir(tmp_path):
         assert run_cli("summary", p).returncode == 0
     finally:
         d.chmod(0o755)
+
+
+def test_nsys_rep_is_exported_with_nsys_on_path_into_a_cache(tmp_path):
+    """A stand-in `nsys` on PATH (it copies a real export to the -o path) checks the export plumbing."""
+    src = shared_trace("h200/resnet18-baseline-nvtx.sqlite")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "nsys"
+    fake.write_text(f'#!/bin/sh\n# args: export --type sqlite --force-overwrite true -o OUT IN\ncp "{src}" "$7"\n')
+    fake.chmod(0o755)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    rep = reports / "run.nsys-rep"
+    rep.write_bytes(b"\0" * 64)
+    reports.chmod(0o555)  # the export must not be written beside the report
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nsysanalyze", "summary", "--format", "json", str(rep)],
+                              capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        reports.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(reports)) == ["run.nsys-rep"]
+    assert len(list((tmp_path / "cache" / "nsysanalyze").glob("run-*.sqlite"))) == 1
