@@ -108,6 +108,127 @@ def steps(files, fmt, step_range, example):
     emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",))
 
 
+@cli.command("redact")
+@click.argument("src", metavar="IN")
+@click.argument("dst", metavar="OUT")
+def redact_cmd(src, dst):
+    """Copy IN to OUT without environment, absolute paths, host and user names (IN is never modified)."""
+    from .trace.redact import redact
+
+    try:
+        removed = redact(src, dst)
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"{src}: corrupted or unreadable SQLite export ({e})") from None
+    what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in removed.items() if n) or "nothing to remove"
+    click.echo(f"wrote {dst}: removed {what}")
+
+
+def load_report(path: str, step_range: str | None) -> dict:
+    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json)."""
+    if not str(path).endswith(".json"):
+        return analyze(path, step_range)
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    except ValueError as e:
+        raise InputError(f"{path}: not a JSON report ({e})") from None
+    if not isinstance(doc, dict) or not {"format_version", "trace", "summary", "steps", "findings"} <= doc.keys():
+        raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE)")
+    return doc
+
+
+def _gate_names_epilog() -> str:
+    from .compare import METRICS
+
+    names = ", ".join(m.name for m in METRICS)
+    return ("\b\nGate EXPR: NAME OP VALUE, OP one of > >= < <=. Signed VALUE = change from BASE to NEW "
+            "(+5% relative, +0.03 or +2ms absolute); unsigned VALUE = NEW's own level (0.3, 40%, 120ms, 1GB). "
+            "Step medians when both traces have steps, else whole-capture values.\n\b\n"
+            f"Gate metric names: {names}")
+
+
+@cli.command("compare", epilog=_gate_names_epilog())
+@click.argument("base")
+@click.argument("new")
+@click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
+              help="Exit 1 when this gate trips, e.g. 'step_time>+5%' (repeatable).")
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
+@click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")
+@click.pass_context
+def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
+    """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
+
+    Exit status: 0 no gate tripped, 1 a gate tripped, 2 bad input or a malformed gate.
+    """
+    from .compare import GateError, compare, parse_gate
+    from .render import compare as compare_render
+
+    try:
+        gates = [parse_gate(e) for e in fail_on]
+    except GateError as e:
+        raise click.BadParameter(str(e), param_hint="--fail-on") from None
+    reports = [load_report(base, step_range), load_report(new, step_range)]
+    for path, r in zip((base, new), reports):
+        if gates and not r["summary"]["devices"]:
+            raise InputError(f"{path}: no GPU activity in this export, nothing to gate on")
+    result = compare(*reports, gates)
+    if fmt == "json":
+        click.echo(json_render.render(result))
+    elif fmt == "markdown":
+        click.echo(compare_render.render_markdown(result), nl=False)
+    else:
+        compare_render.render_text(result, Console(highlight=False))
+    if result["tripped"]:
+        ctx.exit(1)
+
+
+@cli.command("plot")
+@click.argument("files", nargs=-1, required=True)
+@click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
+@click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")
+def plot_cmd(files, out, step_range):
+    """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
+
+    Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
+    whole capture, one bar per GPU. FILES may be nsys exports or saved JSON reports.
+    """
+    from .render import plot
+
+    if not out.lower().endswith(plot.FORMATS):
+        raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
+    reports = [load_report(str(p), step_range) for p in expand_inputs(files, False)]
+    click.echo(f"wrote {plot.save(reports, out)}")
+
+
+@cli.command("report")
+@click.argument("file")
+@click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
+@click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
+@click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")
+def report_cmd(file, baseline, out, step_range):
+    """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
+    from .compare import compare
+    from .render import html as html_render
+    from .render import plot
+
+    target = Path(out)
+    if target.is_dir() or not target.parent.resolve().is_dir():
+        raise InputError(f"{out}: give the path of the HTML file to write (its folder must exist)")
+    new = load_report(file, step_range)
+    base = load_report(baseline, step_range) if baseline else None
+    chart = plot.svg([base, new] if base else [new])
+    page = html_render.render(new, chart, compare(base, new) if base else None)
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{out}: cannot write ({e.strerror})") from None
+    click.echo(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns every expected failure into one stderr line and exit code 2."""
     try:

@@ -33,6 +33,8 @@ def evidence_value(key: str, value) -> str:
         return ms(value)
     if key.endswith("_bytes"):
         return size(value)
+    if key.endswith("_bps"):
+        return "-" if value != value else f"{value / 1e9:,.1f} GB/s"
     if key.endswith(("_fraction", "_share", "_overlap")) or "share_of" in key:
         return pct(value)
     if isinstance(value, float) and not value.is_integer():
@@ -109,3 +111,69 @@ def subrange_table(report: dict) -> list[tuple[str, float, float]]:
         sh = sorted(v[1] for v in vals)
         out.append((name, ns[len(ns) // 2], sh[len(sh) // 2]))
     return sorted(out, key=lambda r: -r[1])
+
+
+def by_unit(unit: str, x) -> str:
+    """A metric value by its unit: 'ns' → ms, 'bytes' → size, 'fraction' → %, 'count'."""
+    return {"ns": ms, "bytes": size, "fraction": pct}.get(unit, count)(x)
+
+
+def signed_by_unit(unit: str, d) -> str:
+    """A change by its unit, always signed: '+1.2 ms', '-3.0 pp' (percentage points), '+1.5 MB', '+12'."""
+    if d is None or (isinstance(d, float) and math.isnan(d)):
+        return "-"
+    if d == 0:
+        return "0"
+    sign = "+" if d > 0 else "-"
+    if unit == "fraction":
+        return f"{sign}{abs(100 * d):.1f} pp"
+    return sign + by_unit(unit, abs(d))
+
+
+def rel_change(r) -> str:
+    """A relative change: '+5.2%', 'from 0' when the base was zero ('inf'/'-inf'), '-' when unknown."""
+    if r is None:
+        return "-"
+    if r in ("inf", "-inf"):
+        return "from 0"
+    return "0%" if r == 0 else f"{100 * r:+,.1f}%"
+
+
+# (label, step/summary key, colour): the time partition of a window, in stacking order (metrics.py time_*).
+TIME_PARTITION = [
+    ("compute only", "time_compute_only_ns", "#4878d0"),
+    ("copy hidden under compute", "time_copy_hidden_ns", "#8fd694"),
+    ("copy exposed", "time_copy_exposed_ns", "#ee854a"),
+    ("NCCL overlapped", "time_nccl_overlapped_ns", "#b39ddb"),
+    ("NCCL exposed", "time_nccl_exposed_ns", "#d65f5f"),
+    ("idle", "idle_ns", "#d0d0d0"),
+]
+
+
+def trace_name(report: dict) -> str:
+    """The trace's file name (its path without folders)."""
+    return str(report["trace"]["path"]).replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def partition_bars(report: dict) -> tuple[list[dict], bool]:
+    """Rows to draw as one bar each: steps (one per step and device) or, without steps, the
+    whole-capture window of each device; the flag says which (True: steps)."""
+    if report.get("steps"):
+        return report["steps"], True
+    return report["summary"]["devices"], False
+
+
+def bar_label(row: dict, many_devices: bool, is_step: bool) -> str:
+    """'Batch 3', 'Batch 3 · GPU 1' (several devices), 'GPU 0' (whole capture); '*' marks an open (last) step."""
+    dev = row.get("deviceId", row.get("device"))
+    if not is_step:
+        return f"GPU {dev}"
+    name = str(row.get("name", "")) + ("*" if row.get("closed") is False else "")
+    return f"{name} · GPU {dev}" if many_devices else name
+
+
+def gain_text(finding: dict) -> str:
+    """'up to 475.0 ms (81.3% of the step)' or 'no gain expected'."""
+    if not finding["gain_ns"]:
+        return "no gain expected"
+    return f"up to {ms(finding['gain_ns'])} ({finding['gain_pct']:.1f}% of the step)"

@@ -1,0 +1,272 @@
+"""Compare two analyses (report dicts, see ``Analysis.to_dict``) and evaluate CI gates.
+
+Pure functions: no SQL, no formatting. A metric has two values per trace (ns, bytes, counts,
+fractions in [0, 1]):
+
+- ``step``: the median over steps (over the closed steps when there are any; every
+  (step, device) row counts once, as in ``metrics.step_medians``);
+- ``whole``: the whole capture, all devices together: times, bytes and counts are summed over
+  devices, fractions are recomputed from the summed parts, step_time is the span from the first
+  to the last GPU activity of any device.
+
+Gate expressions (``--fail-on``): ``NAME OP VALUE`` with OP one of ``> >= < <=``.
+A signed VALUE (``+5%``, ``-0.03``, ``+2ms``) is a change from BASE to NEW: relative with ``%``,
+absolute otherwise. An unsigned VALUE (``0.3``, ``40%``, ``120ms``, ``1GB``) is a threshold on
+NEW's value itself. Times and sizes need a unit (ns us ms s; B kB MB GB) unless the VALUE is a
+relative change; for fractions an unsigned % is a level (``40%`` = 0.4). A gate uses the step
+medians when both traces have steps, otherwise the whole-capture values. Metric names: ``METRICS``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+NS, BYTES, COUNT, FRACTION = "ns", "bytes", "count", "fraction"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A comparable metric: ``column`` of the step rows; ``den`` makes it a ratio column/den
+    for the whole capture (else the column is summed, or ``span`` for the capture window)."""
+
+    name: str
+    label: str
+    unit: str
+    column: str
+    num: str | None = None   # whole capture: sum(num) / sum(den)
+    den: str | None = None
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.den is not None
+
+
+METRICS: list[Metric] = [
+    Metric("step_time", "step time (GPU window)", NS, "window_ns"),
+    Metric("cpu_step_time", "step time (CPU range)", NS, "cpu_ns"),
+    Metric("gpu_idle_fraction", "GPU idle", FRACTION, "idle_fraction", "idle_ns", "window_ns"),
+    Metric("gpu_idle", "GPU idle time", NS, "idle_ns"),
+    Metric("gpu_busy", "GPU busy time", NS, "busy_ns"),
+    Metric("kernel_time", "kernel time", NS, "kernel_ns"),
+    Metric("kernel_count", "kernels", COUNT, "kernel_count"),
+    Metric("compute_only", "compute only (no copy, no NCCL)", NS, "time_compute_only_ns"),
+    Metric("copy_hidden", "copy hidden under compute", NS, "time_copy_hidden_ns"),
+    Metric("copy_exposed", "copy exposed", NS, "time_copy_exposed_ns"),
+    Metric("nccl_overlapped", "NCCL overlapped with compute", NS, "time_nccl_overlapped_ns"),
+    Metric("nccl_exposed", "NCCL exposed", NS, "nccl_exposed_ns"),
+    Metric("memcpy_time", "memcpy time", NS, "memcpy_ns"),
+    Metric("memcpy_kernel_overlap", "memcpy hidden under kernels", FRACTION, "memcpy_kernel_overlap",
+           "memcpy_hidden_ns", "memcpy_ns"),
+    Metric("htod_bytes", "HtoD", BYTES, "htod_bytes"),
+    Metric("htod_pageable_bytes", "HtoD from pageable memory", BYTES, "htod_pageable_bytes"),
+    Metric("htod_time", "HtoD time", NS, "htod_ns"),
+    Metric("htod_kernel_overlap", "HtoD hidden under kernels", FRACTION, "htod_kernel_overlap",
+           "htod_hidden_ns", "htod_ns"),
+    Metric("dtoh_bytes", "DtoH", BYTES, "dtoh_bytes"),
+    Metric("dtod_bytes", "DtoD", BYTES, "dtod_bytes"),
+    Metric("dtod_count", "DtoD copies", COUNT, "dtod_count"),
+    Metric("dtod_time", "DtoD time", NS, "dtod_ns"),
+    Metric("ptop_bytes", "PtoP", BYTES, "ptop_bytes"),
+    Metric("nccl_time", "NCCL kernel time", NS, "nccl_ns"),
+    Metric("nccl_share", "NCCL share", FRACTION, "nccl_share", "nccl_ns", "window_ns"),
+    Metric("nccl_count", "NCCL kernels", COUNT, "nccl_count"),
+    Metric("launch_calls", "kernel launch API calls", COUNT, "launch_calls"),
+    Metric("sync_copy_calls", "sync copy API calls", COUNT, "sync_copy_calls"),
+    Metric("sync_wait_calls", "sync wait API calls", COUNT, "sync_wait_calls"),
+    Metric("munmap_count", "munmap calls", COUNT, "munmap_count"),
+    Metric("munmap_gpu_idle", "GPU idle during munmap", NS, "munmap_gpu_idle_ns"),
+]
+BY_NAME = {m.name: m for m in METRICS}
+
+UNIT_SCALE = {NS: {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9},
+              BYTES: {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9},
+              COUNT: {}, FRACTION: {}}
+GATE = re.compile(r"^\s*(?P<name>[a-z_][a-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?\s*"
+                  r"(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?\s*(?P<unit>%|[a-zA-Z]+)?\s*$")
+OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+class GateError(ValueError):
+    """A malformed --fail-on expression (the message is one line)."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A parsed gate: ``kind`` is 'relative' (fraction of base), 'absolute' (change) or 'level' (NEW's value)."""
+
+    expr: str
+    metric: str
+    op: str
+    kind: str
+    threshold: float  # in the metric's unit (relative: a fraction, 0.05 = 5%)
+
+
+def parse_gate(expr: str) -> Gate:
+    """Parse ``step_time>+5%`` and friends; raise GateError with a one-line reason."""
+    m = GATE.match(expr)
+    if not m:
+        raise GateError(f"malformed --fail-on expression {expr!r}: expected NAME OP VALUE, "
+                        f"e.g. 'step_time>+5%' or 'gpu_idle_fraction>+0.03'")
+    name = m["name"]
+    if name not in BY_NAME:
+        raise GateError(f"unknown metric {name!r} in --fail-on {expr!r} (known: {', '.join(BY_NAME)})")
+    metric = BY_NAME[name]
+    value = float(m["num"]) * (10 ** int(m["exp"]) if m["exp"] else 1)
+    unit = (m["unit"] or "").lower()
+    signed = m["sign"] is not None
+    if unit == "%":
+        if signed:
+            kind, value = "relative", value / 100
+        elif metric.unit == FRACTION:
+            kind, value = "level", value / 100
+        else:
+            raise GateError(f"--fail-on {expr!r}: an unsigned % is a level and only fits fractions; "
+                            f"write a change as '{name}{m['op']}+{m['num']}%'")
+    else:
+        units = UNIT_SCALE[metric.unit]
+        if (unit or units) and unit not in units:
+            known = ", ".join(units) or "none"
+            what = f"unit {m['unit']!r} does not fit" if unit else "give a unit for"
+            raise GateError(f"--fail-on {expr!r}: {what} {name} ({metric.unit}; units: {known})")
+        value *= UNIT_SCALE[metric.unit].get(unit, 1)
+        kind = "absolute" if signed else "level"
+    if m["sign"] == "-":
+        value = -value
+    return Gate(expr=expr.strip(), metric=name, op=m["op"], kind=kind, threshold=value)
+
+
+# ---- per-trace values ---------------------------------------------------------------------
+
+def _steps_used(steps: pd.DataFrame) -> pd.DataFrame:
+    """Closed steps of each (process, device) that has any; all of its steps otherwise."""
+    if steps.empty or "closed" not in steps:
+        return steps
+    closed = steps["closed"].astype(bool)
+    any_closed = closed.groupby([steps["globalPid"], steps["deviceId"]]).transform("any")
+    return steps[closed | ~any_closed]
+
+
+def metric_values(report: dict) -> pd.DataFrame:
+    """Index: metric name; columns ``step`` (median over steps, NaN without steps) and ``whole``."""
+    steps = _steps_used(pd.DataFrame(report.get("steps") or []))
+    devices = pd.DataFrame(report["summary"]["devices"])
+    rows = {}
+    for m in METRICS:
+        step = float(pd.to_numeric(steps[m.column], errors="coerce").median()) \
+            if m.column in steps else math.nan
+        rows[m.name] = {"step": step, "whole": _whole(devices, m)}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["step", "whole"])
+
+
+def _whole(devices: pd.DataFrame, m: Metric) -> float:
+    """Whole-capture value of ``m`` over all devices (see the module docstring)."""
+    if devices.empty:
+        return math.nan
+    if m.name == "step_time":
+        return float(devices["window_end"].max() - devices["window_start"].min())
+    if m.name == "cpu_step_time":
+        return math.nan  # the capture has no CPU step
+    if m.is_ratio:
+        den = float(devices[m.den].sum())
+        return float(devices[m.num].sum()) / den if den > 0 else math.nan
+    return float(devices[m.column].sum()) if m.column in devices else math.nan
+
+
+def has_steps(report: dict) -> bool:
+    return bool(report.get("steps"))
+
+
+# ---- deltas, gates, findings --------------------------------------------------------------
+
+def delta(base: float, new: float) -> tuple[float, float]:
+    """(new - base, (new - base) / base); relative is +-inf when base is 0 and new is not, NaN when unknown."""
+    if _missing(base) or _missing(new):
+        return math.nan, math.nan
+    d = new - base
+    if base == 0:
+        return d, 0.0 if d == 0 else math.copysign(math.inf, d)
+    return d, d / abs(base)
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def evaluate(gate: Gate, values_base: pd.DataFrame, values_new: pd.DataFrame, scope: str) -> dict:
+    """One gate's verdict: the measured quantity, and whether it tripped (None: metric unavailable)."""
+    b, n = values_base.at[gate.metric, scope], values_new.at[gate.metric, scope]
+    d_abs, d_rel = delta(b, n)
+    measured = {"relative": d_rel, "absolute": d_abs, "level": n}[gate.kind]
+    tripped = None if _missing(measured) else bool(OPS[gate.op](measured, gate.threshold))
+    return {**asdict(gate), "scope": scope, "unit": BY_NAME[gate.metric].unit, "base": _num(b), "new": _num(n),
+            "measured": _num(measured), "tripped": tripped}
+
+
+def finding_changes(base: dict, new: dict) -> dict[str, list[dict]]:
+    """Findings by rule: ``appeared`` (only in NEW), ``disappeared`` (only in BASE), ``kept`` (both)."""
+    def by_rule(report):
+        out = {}
+        for f in report.get("findings", []):
+            out.setdefault(f["rule"], f)  # findings are ranked: keep each rule's largest
+        return out
+
+    b, n = by_rule(base), by_rule(new)
+
+    def brief(f, other=None):
+        row = {"rule": f["rule"], "title": f["title"], "severity": f["severity"], "gain_ns": f["gain_ns"],
+               "gain_pct": f["gain_pct"]}
+        if other is not None:
+            row.update(base_title=other["title"], base_severity=other["severity"], base_gain_ns=other["gain_ns"],
+                       base_gain_pct=other["gain_pct"])
+        return row
+
+    return {"appeared": [brief(f) for r, f in n.items() if r not in b],
+            "disappeared": [brief(f) for r, f in b.items() if r not in n],
+            "kept": [brief(f, b[r]) for r, f in n.items() if r in b]}
+
+
+def compare(base: dict, new: dict, gates: list[Gate] = ()) -> dict:
+    """The comparison document: trace headers, per-metric deltas, gates, finding changes."""
+    vb, vn = metric_values(base), metric_values(new)
+    scope = "step" if has_steps(base) and has_steps(new) else "whole"
+    rows = []
+    for m in METRICS:
+        row = {"name": m.name, "label": m.label, "unit": m.unit}
+        for s in ("step", "whole"):
+            b, n = vb.at[m.name, s], vn.at[m.name, s]
+            d_abs, d_rel = delta(b, n)
+            row[s] = {"base": _num(b), "new": _num(n), "abs": _num(d_abs), "rel": _num(d_rel)}
+        rows.append(row)
+    results = [evaluate(g, vb, vn, scope) for g in gates]
+    notes = [f"{side} has no steps: gates use the whole-capture values." for side, r in (("BASE", base), ("NEW", new))
+             if not has_steps(r)]
+    notes += [f"gate {r['expr']!r} not evaluated: {r['metric']} is not available in both traces."
+              for r in results if r["tripped"] is None]
+    return {
+        "format_version": 1,
+        "base": _header(base), "new": _header(new),
+        "gate_scope": scope,
+        "notes": notes,
+        "metrics": rows,
+        "gates": results,
+        "tripped": any(r["tripped"] for r in results),
+        "findings": finding_changes(base, new),
+    }
+
+
+def _header(report: dict) -> dict:
+    t = report["trace"]
+    return {"path": t["path"], "nsys_version": t.get("nsys_version"), "step_family": t.get("step_family"),
+            "steps": len(report.get("steps") or []), "devices": len(t.get("devices") or [])}
+
+
+def _num(x):
+    """JSON-safe number: NaN → None; +-inf kept as a string marker ('inf', '-inf')."""
+    if _missing(x):
+        return None
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)

@@ -1,0 +1,145 @@
+"""`nsysanalyze redact`: environment, paths, host and user names gone; metrics unchanged; input untouched."""
+import hashlib
+import json
+import re
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+from conftest import shared_trace
+
+from nsysanalyze.analysis import Analysis
+from nsysanalyze.cli import cli, main
+from nsysanalyze.errors import InputError
+from nsysanalyze.trace.redact import redact, shorten_paths
+
+LEAKS = re.compile(rb"IS_SANDBOX|CONTAINER_NAME=|OLDPWD=|HOME=/|PATH=/")
+USER, HOST = b"alice-q", b"gpu-node-17"
+ENV = {"IS_SANDBOX": "1", "CONTAINER_NAME": "job-4711", "OLDPWD": "/home/alice-q", "HOME": "/home/alice-q",
+       "PATH": "/home/alice-q/.local/bin:/usr/bin", "USER": "alice-q", "HOSTNAME": "gpu-node-17"}
+
+
+def report(path) -> str:
+    with Analysis(path) as a:
+        d = a.to_dict()
+    d["trace"].pop("path")
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def add_environment(path) -> None:
+    """Put a realistic, unscrubbed environment into a copy of a real export (as raw nsys exports have)."""
+    con = sqlite3.connect(path)
+    con.executemany("INSERT INTO META_DATA_CAPTURE(name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', ?)",
+                    [(f'{k}="{v}"',) for k, v in ENV.items()])
+    con.execute("UPDATE META_DATA_CAPTURE SET value = '/home/alice-q/proj' WHERE name = 'PROCESS_0:WORKING_DIR'")
+    con.execute("UPDATE META_DATA_CAPTURE SET value = 'gpu-node-17' WHERE name = 'DEVICE_DISPLAY_NAME'")
+    con.execute("UPDATE META_DATA_CAPTURE SET value = '/home/alice-q/proj/seedtrain.py' "
+                "WHERE name = 'PROCESS_0:ARGUMENT_0'")
+    con.execute("UPDATE META_DATA_EXPORT SET value = 'gpu-node-17' WHERE name = 'EXPORT_HOST'")
+    con.execute("UPDATE META_DATA_EXPORT SET value = 'alice-q' WHERE name = 'EXPORT_USER'")
+    con.execute("UPDATE META_DATA_EXPORT SET value = '/home/alice-q/proj/run.sqlite' WHERE name LIKE '%PATH_ABS'")
+    con.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'",
+                (";".join(f"{k}={v}" for k, v in ENV.items()),))
+    con.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = 'gpu-node-17' WHERE name = 'Hostname'")
+    block = "\0".join(f"{k}={v}" for k, v in ENV.items()) + "\0"
+    con.execute("INSERT INTO StringIds(id, value) VALUES ((SELECT max(id) + 1 FROM StringIds), ?)", (block,))
+    con.commit()
+    con.close()
+
+
+@pytest.fixture
+def raw_copy(copy_of):
+    p = copy_of(shared_trace("h200/resnet18-baseline-nvtx.sqlite"))
+    add_environment(p)
+    return p
+
+
+def test_inserted_environment_is_removed_and_metrics_unchanged(raw_copy, tmp_path):
+    data = raw_copy.read_bytes()
+    assert LEAKS.search(data) and USER in data and HOST in data  # the doctored input does leak
+    before, mtime = sha(raw_copy), raw_copy.stat().st_mtime_ns
+    out = tmp_path / "shared.sqlite"
+    removed = redact(raw_copy, out)
+    assert removed["environment_variables"] == len(ENV)
+    assert removed["environment_strings"] == 1
+    assert removed["system_env_values"] >= 2       # DeviceEnvironment, Hostname
+    assert removed["metadata_values"] >= 5         # host, user, 2 x PATH_ABS, display name, working dir
+    red = out.read_bytes()
+    assert not LEAKS.search(red)
+    assert USER not in red and HOST not in red and b"/home/" not in red
+    assert sha(raw_copy) == before and raw_copy.stat().st_mtime_ns == mtime   # input untouched
+    assert report(out) == report(raw_copy)
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    meta = dict(con.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'"))
+    assert meta["PROCESS_0:ARGUMENT_0"] == "seedtrain.py"          # command line kept, its path dropped
+    assert meta["PROCESS_0:COLLECT_NVTX_TRACE"] == "true"          # capture settings kept
+    assert con.execute("SELECT count(*) FROM StringIds WHERE value = ''").fetchone()[0] >= 1  # id kept, blank
+    assert con.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    con.close()
+
+
+@pytest.mark.parametrize("name", ["public/nsightful__power_iteration__baseline.sqlite",
+                                  "public/pipit__perlmutter-cloverleaf-cuda.sqlite",
+                                  "public/sc23-openmp-tutorial__report3.sqlite"])
+def test_real_unscrubbed_exports(name, tmp_path):
+    src = shared_trace(name)
+    assert LEAKS.search(src.read_bytes())
+    out = tmp_path / "r.sqlite"
+    result = CliRunner().invoke(cli, ["redact", str(src), str(out)])
+    assert result.exit_code == 0, result.output
+    assert "environment variables" in result.output
+    data = out.read_bytes()
+    assert not LEAKS.search(data)
+    for secret in (b"jhdavis", b"nid008553", b"train06", b"94b8b7b3215f", b"/content/"):
+        assert secret not in data
+    assert report(out) == report(src)
+
+
+def test_refuses_output_that_is_the_input(raw_copy, tmp_path, monkeypatch, capsys):
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(raw_copy)
+    monkeypatch.chdir(raw_copy.parent)
+    before = sha(raw_copy)
+    for dst in (raw_copy, link, raw_copy.name, f"../{raw_copy.parent.name}/{raw_copy.name}"):
+        with pytest.raises(InputError, match="is the input file"):
+            redact(raw_copy, dst)
+    with pytest.raises(SystemExit) as e:
+        main(["redact", raw_copy.name, f"./{raw_copy.name}"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is the input file" in err
+    assert sha(raw_copy) == before
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database")
+    plain = tmp_path / "plain.sqlite"
+    sqlite3.connect(plain).execute("CREATE TABLE t(x)").connection.close()
+    for src in (tmp_path / "missing.sqlite", junk, plain):
+        with pytest.raises(SystemExit) as e:
+            main(["redact", str(src), str(tmp_path / "out.sqlite")])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("nsysanalyze: error:") and err.count("\n") == 1
+    assert not (tmp_path / "out.sqlite").exists()
+
+
+def test_shorten_paths():
+    assert shorten_paths("/home/a/x/train.py --data=/scratch/a/d --lr 0.1") == "train.py --data=d --lr 0.1"
+    assert shorten_paths("./heat") == "./heat" and shorten_paths("") == ""
+    assert shorten_paths(r"C:\Users\a\run.py") == "run.py"
+
+
+def test_large_export_goes_through_a_scratch_file(raw_copy, tmp_path, monkeypatch):
+    import nsysanalyze.trace.redact as R
+    monkeypatch.setattr(R, "IN_MEMORY_MAX_BYTES", 0)
+    out = tmp_path / "big.sqlite"
+    assert redact(raw_copy, out)["environment_variables"] == len(ENV)
+    assert not LEAKS.search(out.read_bytes())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_copy.name, "big.sqlite"])
+    assert report(out) == report(raw_copy)
