@@ -14,8 +14,8 @@ PAGE = 4096
 
 
 @pytest.fixture(scope="module")
-def original():
-    return shared_trace("h200/resnet18-baseline-nvtx.sqlite").read_bytes()
+def source():
+    return shared_trace("h200/resnet18-baseline-nvtx.sqlite")
 
 
 corruption = st.one_of(
@@ -37,8 +37,8 @@ def corrupt(data: bytes, how) -> bytes:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(corruption, min_size=1, max_size=3))
-def test_corrupted_exports_give_input_errors(original, tmp_path, hows):
-    data = original
+def test_corrupted_exports_give_input_errors(source, tmp_path, hows):
+    data = source.read_bytes()
     for how in hows:
         data = corrupt(data, how)
     path = tmp_path / "corrupt.sqlite"

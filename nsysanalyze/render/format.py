@@ -72,19 +72,43 @@ SUMMARY_ROWS = [
     ("GPU idle during munmap", "munmap_gpu_idle_ns", ms),
 ]
 
-# (header, step key, formatter): the per-step table's columns.
+def ms_number(ns) -> str:
+    """ns as a bare number of ms (for tables whose header carries the unit)."""
+    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else f"{ns / 1e6:,.1f}"
+
+
+def step_name(step: dict) -> str:
+    """Step label; the open last step (its window ends at its own last GPU activity) is starred."""
+    return str(step.get("name", "")) + ("" if step.get("closed", True) else "*")
+
+
+# Summary rows shown even when zero (others are hidden when zero or absent on every device).
+SUMMARY_ALWAYS = {"window_ns", "gpu_idle_fraction", "memcpy_kernel_overlap", "htod_kernel_overlap", "kernel_ns", "memcpy_ns", "htod_bytes", "dtod_bytes", "nccl_ns"}
+
+
+def summary_cells(devices: list[dict]) -> list[list[str]]:
+    """Rows [label, value per device] of the summary table for the given summary devices."""
+    def shown(key):
+        values = [d.get(key) for d in devices]
+        if key in SUMMARY_ALWAYS:
+            return any(v is not None for v in values)
+        return any(v is not None and v == v and v != 0 for v in values)
+    return [[label] + [fmt(d.get(key)) for d in devices] for label, key, fmt in SUMMARY_ROWS if shown(key)]
+
+
+# (header, step key, formatter): the per-step table's columns (times in ms).
 STEP_COLUMNS = [
-    ("step", "name", str),
-    ("dev", "deviceId", count),
-    ("CPU", "cpu_ns", ms),
-    ("GPU window", "window_ns", ms),
+    ("step", "name", step_name),
+    ("GPU", "deviceId", count),
+    ("CPU ms", "cpu_ns", ms_number),
+    ("window ms", "window_ns", ms_number),
     ("idle", "idle_fraction", pct),
-    ("kernels", "kernel_ns", ms),
-    ("HtoD", "htod_ns", ms),
+    ("kernels ms", "kernel_ns", ms_number),
+    ("HtoD ms", "htod_ns", ms_number),
     ("HtoD hidden", "htod_kernel_overlap", pct),
     ("DtoD", "dtod_bytes", size),
-    ("NCCL", "nccl_ns", ms),
-    ("NCCL exposed", "nccl_exposed_ns", ms),
+    ("NCCL ms", "nccl_ns", ms_number),
+    ("NCCL exp. ms", "nccl_exposed_ns", ms_number),
     ("munmap", "munmap_count", count),
 ]
 
@@ -97,7 +121,7 @@ def device_label(dev: dict, processes: list[dict]) -> str:
 
 
 def step_cells(step: dict) -> list[str]:
-    return [fmt(step.get(key)) if fmt is not str else str(step.get(key, "")) for _, key, fmt in STEP_COLUMNS]
+    return [fmt(step) if fmt is step_name else fmt(step.get(key)) for _, key, fmt in STEP_COLUMNS]
 
 
 def subrange_table(report: dict) -> list[tuple[str, float, float]]:

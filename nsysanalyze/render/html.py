@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from .compare import finding_lines, metric_cells, metric_headers, metric_scopes, shown_metrics, verdict_line
-from .format import (SUMMARY_ROWS, STEP_COLUMNS, device_label, evidence_value, gain_text, ms, pct, step_cells,
+from .format import (STEP_COLUMNS, summary_cells, device_label, evidence_value, gain_text, ms, pct, step_cells,
                      subrange_table, trace_name)
 
 CSS = """
@@ -70,8 +70,7 @@ def summary(report: dict) -> list[Safe]:
     if not devices:
         return []
     headers = ["metric"] + [device_label(d, report["trace"]["processes"]) for d in devices]
-    rows = [[label] + [fmt(d.get(key)) for d in devices] for label, key, fmt in SUMMARY_ROWS
-            if any(d.get(key) is not None for d in devices)]
+    rows = summary_cells(devices)
     return [h("h2", "Summary (whole capture; step medians where marked)"), table(headers, rows)]
 
 

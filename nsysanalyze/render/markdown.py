@@ -1,7 +1,7 @@
 """Markdown renderer (for PR comments): header, notes, summary, steps, findings with fixes."""
 from __future__ import annotations
 
-from .format import SUMMARY_ROWS, STEP_COLUMNS, device_label, evidence_value, ms, pct, step_cells, subrange_table
+from .format import STEP_COLUMNS, summary_cells, device_label, evidence_value, ms, pct, step_cells, subrange_table
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -21,8 +21,7 @@ def render(report: dict, sections=("summary", "steps", "findings")) -> str:
     devices = report["summary"]["devices"]
     if "summary" in sections and devices:
         headers = ["metric"] + [device_label(d, t["processes"]) for d in devices]
-        rows = [[label] + [fmt(d.get(key)) for d in devices] for label, key, fmt in SUMMARY_ROWS
-                if any(d.get(key) is not None for d in devices)]
+        rows = summary_cells(devices)
         out += ["### Summary", ""] + _table(headers, rows) + [""]
     if "steps" in sections and report["steps"]:
         out += ["### Steps", ""] + _table([h for h, _, _ in STEP_COLUMNS], [step_cells(s) for s in report["steps"]])

@@ -8,7 +8,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from .format import SUMMARY_ROWS, STEP_COLUMNS, device_label, evidence_value, ms, pct, step_cells, subrange_table
+from .format import STEP_COLUMNS, summary_cells, device_label, evidence_value, ms, pct, step_cells, subrange_table
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
 
@@ -33,18 +33,17 @@ def summary_table(report: dict) -> Table | None:
     table.add_column("metric", style="dim")
     for d in devices:
         table.add_column(device_label(d, report["trace"]["processes"]), justify="right")
-    for label, key, fmt in SUMMARY_ROWS:
-        if any(d.get(key) is not None for d in devices):
-            table.add_row(label, *[fmt(d.get(key)) for d in devices])
+    for row in summary_cells(devices):
+        table.add_row(*row)
     return table
 
 
 def steps_table(report: dict) -> Table | None:
     if not report["steps"]:
         return None
-    table = Table(title="Per step", title_justify="left")
+    table = Table(title="Per step (* last step: window ends at its last GPU activity)", title_justify="left")
     for i, (h, _, _) in enumerate(STEP_COLUMNS):
-        table.add_column(h, justify="left" if i == 0 else "right")
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for s in report["steps"]:
         table.add_row(*[Text(c) for c in step_cells(s)])
     return table

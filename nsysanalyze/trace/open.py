@@ -38,10 +38,16 @@ def connect_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     uri = p.resolve().as_uri() + "?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.text_factory = decode_text
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: corrupted or unreadable SQLite file ({e})") from None
     return conn
+
+
+def decode_text(raw: bytes) -> str:
+    """TEXT values as str; invalid UTF-8 (mangled names, corrupted pages) becomes U+FFFD, never an error."""
+    return raw.decode("utf-8", "replace")
 
 
 def export_nsys_rep(rep: Path, cache_dir: Path | None = None) -> Path:

@@ -9,6 +9,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from ..errors import InputError
@@ -61,8 +62,11 @@ def _name_value_table(conn: sqlite3.Connection, table: str) -> dict[str, list[st
 def read_schema(conn: sqlite3.Connection, label: str) -> Schema:
     """Inspect tables and columns and read version metadata; raise InputError if not an nsys export."""
     engine = create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
-    insp = inspect(engine)
-    columns = {t: frozenset(c["name"] for c in insp.get_columns(t)) for t in insp.get_table_names()}
+    try:
+        insp = inspect(engine)
+        columns = {t: frozenset(c["name"] for c in insp.get_columns(t)) for t in insp.get_table_names()}
+    except DBAPIError as e:
+        raise InputError(f"{label}: corrupted or unreadable SQLite file ({e.orig})") from None
     if not any(t in columns for t in NSYS_MARKER_TABLES) or not any(
         t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "OSRT_API", "TARGET_INFO_")) for t in columns
     ):
