@@ -1,28 +1,33 @@
-"""CPU tests of training_workloads (the GPU runs themselves need an NVIDIA device and nsys)."""
+"""CPU tests of training_workloads (the GPU runs themselves need an NVIDIA device and nsys).
+
+The variant tables, CLI parsing, NVTX fallback and the .qdstrm patcher need no torch; the
+dataset, prefetcher, schedule and loop tests skip without it.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
 import pytest
+from click.testing import CliRunner
 
-torch = pytest.importorskip("torch")
-
-from click.testing import CliRunner  # noqa: E402
-
-from training_workloads import (  # noqa: E402
+from training_workloads import (
     DDP_VARIANTS,
     INPUT_PIPELINE_VARIANTS,
     capture_name,
     parse_capture_name,
 )
-from training_workloads.annotate import get_annotator, noop_annotate  # noqa: E402
-from training_workloads.cli import main  # noqa: E402
-from training_workloads.data import FakeDataset  # noqa: E402
-from training_workloads.prefetch import DataPrefetcher  # noqa: E402
-from training_workloads.schedule import StepSchedule  # noqa: E402
-from training_workloads.variants import ALL_CAPTURES  # noqa: E402
+from training_workloads.annotate import get_annotator, noop_annotate
+from training_workloads.cli import main
+from training_workloads.variants import ALL_CAPTURES
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
+
 
 EXPECTED_CAPTURES = [
     "resnet18_baseline", "resnet18_workers", "resnet18_pinned", "resnet18_streams",
@@ -123,11 +128,11 @@ def test_cli_rejects_bad_numbers():
 def test_single_refuses_world_size_above_one(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
-    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        monkeypatch.delenv(k, raising=False)
     r = CliRunner().invoke(main, ["ddp", "--variant", "single"])
     assert r.exit_code == 1
     assert "without DDP" in r.output
-    import os
 
     assert os.environ["NCCL_NVLS_ENABLE"] == "0"
 
@@ -138,7 +143,6 @@ def test_ddp_world_of_one_without_torchrun(monkeypatch):
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
     assert dist_env(use_ddp=True) == (0, 0, 1)
-    import os
 
     assert os.environ["MASTER_ADDR"] and os.environ["MASTER_PORT"]
     monkeypatch.setenv("RANK", "3")
@@ -201,7 +205,9 @@ def test_nvtx_backend_selection(monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------- data
-def test_fake_dataset_shapes_input_pipeline():
+def test_fake_dataset_shapes_input_pipeline(torch):
+    from training_workloads.data import FakeDataset
+
     ds = FakeDataset(14 * 4, 64, label_mode="index")
     assert len(ds) == 56
     img, label = ds[13]
@@ -214,7 +220,9 @@ def test_fake_dataset_shapes_input_pipeline():
     assert data.shape == (4, 3, 64, 64) and targets.shape == (4,)
 
 
-def test_fake_dataset_shapes_ddp():
+def test_fake_dataset_shapes_ddp(torch):
+    from training_workloads.data import FakeDataset
+
     ds = FakeDataset(8, 32, label_mode="random", num_classes=1000)
     img, label = ds[0]
     assert img.shape == (3, 32, 32)
@@ -226,7 +234,9 @@ def test_fake_dataset_shapes_ddp():
 
 
 # ---------------------------------------------------------------- prefetcher
-def test_prefetcher_on_cpu_tensors():
+def test_prefetcher_on_cpu_tensors(torch):
+    from training_workloads.prefetch import DataPrefetcher
+
     batches = [(torch.full((2, 3), float(i)), torch.tensor([i, i])) for i in range(4)]
     seen = []
 
@@ -247,7 +257,9 @@ def test_prefetcher_on_cpu_tensors():
         next(pf)
 
 
-def test_prefetcher_empty_loader_and_nested_batches():
+def test_prefetcher_empty_loader_and_nested_batches(torch):
+    from training_workloads.prefetch import DataPrefetcher
+
     assert list(DataPrefetcher([], "cpu")) == []
     batch = {"x": torch.ones(2), "y": [torch.zeros(1), 7]}
     (out,) = list(DataPrefetcher([batch], "cpu"))
@@ -256,6 +268,8 @@ def test_prefetcher_empty_loader_and_nested_batches():
 
 # ---------------------------------------------------------------- schedule
 def test_step_schedule_on_cpu():
+    from training_workloads.schedule import StepSchedule
+
     s = StepSchedule(2, 3, 1, cuda=False)
     assert s.total == 6 and s.profiler_range is False
     for i in range(s.total):
@@ -265,6 +279,7 @@ def test_step_schedule_on_cpu():
     line = s.report(workload="x", variant="y")
     assert line.startswith("THROUGHPUT workload=x variant=y steps=3 ")
     assert "steps_per_s=" in line and "step_ms=" in line
+    assert " pre_steps=1 pre_steps_per_s=" in line  # second half of the 2 warm-up steps
 
     s = StepSchedule(1, 1, 0, cuda=False)
     for i in range(s.total):
@@ -277,7 +292,7 @@ def test_step_schedule_on_cpu():
 
 # ---------------------------------------------------------------- CPU smoke of the loops
 @pytest.fixture
-def tiny_torchvision(monkeypatch):
+def tiny_torchvision(monkeypatch, torch):
     """A stand-in torchvision whose resnet18 is a tiny CNN (the loop, not the model, is tested)."""
     tv = types.ModuleType("torchvision")
     models = types.ModuleType("torchvision.models")
@@ -311,3 +326,98 @@ def test_streams_variant_needs_cuda(tiny_torchvision):
     r = CliRunner().invoke(main, ["input-pipeline", "--variant", "streams", "--device", "cpu",
                                   "--image-size", "32", "--batch-size", "2"])
     assert r.exit_code == 1 and "CUDA" in r.output
+
+
+# ---------------------------------------------------------------- .qdstrm API-name patch
+def _v(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _len(field, payload):
+    return _v(field << 3 | 2) + _v(len(payload)) + payload
+
+
+def _fake_qdstrm(n_runtime=468, n_driver=754):
+    """The layout of an nsys 2023.4 .qdstrm, with made-up contents."""
+    magic = b"U3w[END]"
+    lists = _v(1 << 3) + _v(2)
+    lists += b"".join(_len(2, b"INVALID" if i == 0 else f"cudaApi{i}_v3020".encode())
+                      for i in range(n_runtime))
+    lists += b"".join(_len(3, [b"INVALID", b"cuInit"][i] if i < 2 else f"cuApi{i}".encode())
+                      for i in range(n_driver))
+    dev_props = _len(1, _len(1, b"header")) + _len(2, _len(1, lists) + _len(3, b"gpu metrics"))
+    head = magic + b"NVIDIA Nsight Systems Stream 2023.4.4.54-234433681190v0!"
+    tconv = _len(1, b"time conversion")
+    raw = b"\x08\x08\x01compressed event blocks"
+    sections = [(b"Device Properties", dev_props), (b"Time Conversion Factors", tconv),
+                (b"Raw Events", raw)]
+    body, table = head, []
+    for name, data in sections:
+        table.append((name, len(body), len(data)))
+        body += data
+    footer = b"".join(_len(1, _len(1, n) + _v(2 << 3) + _v(o) + _v(3 << 3) + _v(z))
+                      for n, o, z in table)
+    return body + footer + len(body).to_bytes(8, "little") + magic, sections
+
+
+def _sections(data):
+    from training_workloads.qdstrm_patch import _fields
+
+    at = int.from_bytes(data[-16:-8], "little")
+    out = {}
+    for _, _, entry in _fields(data[at:-16]):
+        e = {f: v for f, _, v in _fields(entry)}
+        out[e[1].decode()] = data[e[2]:e[2] + e[3]]
+    return out
+
+
+def test_qdstrm_patch_extends_api_names_and_keeps_sections():
+    from training_workloads.qdstrm_patch import (
+        DRIVER_NAMES_FROM_754,
+        RUNTIME_NAMES_FROM_468,
+        _fields,
+        patch,
+    )
+
+    data, sections = _fake_qdstrm()
+    out, msg = patch(data)
+    assert "added 55 runtime and 53 driver" in msg
+    assert out.startswith(data[:64]) and out.endswith(b"U3w[END]")
+    got = _sections(out)
+    assert got["Time Conversion Factors"] == sections[1][1]
+    assert got["Raw Events"] == sections[2][1]
+    top = _fields(got["Device Properties"])
+    assert top[0] == _fields(sections[0][1])[0]
+    inner = _fields(top[1][2])
+    lists = _fields(inner[0][2])
+    rt = [v.decode() for f, _, v in lists if f == 2]
+    dr = [v.decode() for f, _, v in lists if f == 3]
+    assert len(rt) == 523 and len(dr) == 807
+    assert rt[486] == "cudaEventElapsedTime_v12080" == RUNTIME_NAMES_FROM_468[486 - 468]
+    assert rt[467] == "cudaApi467_v3020" and dr[753] == "cuApi753"
+    assert dr[754] == DRIVER_NAMES_FROM_754[0] == "cuKernelGetLibrary"
+    assert inner[1] == (3, 2, b"gpu metrics")
+    again, msg = patch(out)
+    assert again == out and "nothing to do" in msg
+
+
+def test_qdstrm_patch_cli_and_refusals(tmp_path):
+    from training_workloads.qdstrm_patch import main as patch_main, patch
+
+    data, _ = _fake_qdstrm()
+    src = tmp_path / "a.qdstrm"
+    src.write_bytes(data)
+    assert patch_main([str(src), str(tmp_path / "b.qdstrm")]) == 0
+    assert src.read_bytes() == data  # source untouched when a destination is given
+    assert (tmp_path / "b.qdstrm").read_bytes() == patch(data)[0]
+    assert patch_main([str(src)]) == 0 and src.read_bytes() == patch(data)[0]  # in place
+    bad = tmp_path / "bad.qdstrm"
+    bad.write_bytes(b"not a stream")
+    assert patch_main([str(bad)]) == 1
+    with pytest.raises(ValueError):
+        patch(_fake_qdstrm(n_runtime=300)[0])

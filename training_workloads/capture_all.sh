@@ -5,17 +5,19 @@
 #
 # For each NAME (resnet18_baseline ... vit_l32_powersgd, see `python -m training_workloads
 # variants --names`):
-#   throughput: an unprofiled run (no nsys; DDP variants under torchrun like the capture) with
+#   profile:    training_workloads/profile.sh NAME --steps PROFILE_STEPS -> OUTDIR/NAME.*;
+#               exit status, wall time, output sizes and the run's THROUGHPUT fields
+#               (pre_steps_per_s: warm-up steps before collection started) -> OUTDIR/captures.tsv
+#   throughput: an unprofiled run (no nsys; DDP variants launched like the capture) with
 #               THROUGHPUT_STEPS measured steps -> OUTDIR/throughput.tsv
-#   profile:    training_workloads/profile.sh NAME --steps PROFILE_STEPS -> OUTDIR/NAME.*
-#               wall time and output sizes -> OUTDIR/captures.tsv
-# Logs: OUTDIR/logs/NAME.{unprofiled,profile}.log
+# MODE=both does all profiles first, then all throughput runs. Logs: OUTDIR/logs/NAME.*.log
 #
 # Environment: MODE=both|profile|throughput (both), THROUGHPUT_STEPS=10, PROFILE_STEPS=3,
-# WARMUP=10, RUN_TIMEOUT=240 (seconds per run), plus profile.sh's (NSYS, TRACE, NSYS_EXTRA,
-# NPROC, PYTHON, TORCHRUN, EXPORT).
+# WARMUP=10, RUN_TIMEOUT=240 (seconds per run), DEADLINE (epoch seconds: runs that would start
+# after it are skipped, and each run's timeout is cut to end by it), plus profile.sh's (NSYS,
+# TRACE, NSYS_EXTRA, NPROC, LAUNCH, PYTHON, TORCHRUN, EXPORT).
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,17p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
 OUTDIR=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-python3}
@@ -24,7 +26,9 @@ THROUGHPUT_STEPS=${THROUGHPUT_STEPS:-10}
 PROFILE_STEPS=${PROFILE_STEPS:-3}
 WARMUP=${WARMUP:-10}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+DEADLINE=${DEADLINE:-0}
 NPROC=${NPROC:-1}
+LAUNCH=${LAUNCH:-torchrun}
 if [ -z "${TORCHRUN:-}" ]; then
   if command -v torchrun >/dev/null 2>&1; then TORCHRUN=torchrun; else TORCHRUN="$PYTHON -m torch.distributed.run"; fi
 fi
@@ -32,8 +36,8 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=
        NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 mkdir -p "$OUTDIR/logs"
 if [ $# -eq 0 ]; then mapfile -t names < <("$PYTHON" -m training_workloads variants --names); else names=("$@"); fi
-[ -f "$OUTDIR/throughput.tsv" ] || printf 'name\tsteps\tsteps_per_s\tstep_ms\twall_s\trc\n' > "$OUTDIR/throughput.tsv"
-[ -f "$OUTDIR/captures.tsv" ] || printf 'name\trc\twall_s\tfiles\n' > "$OUTDIR/captures.tsv"
+[ -f "$OUTDIR/throughput.tsv" ] || printf 'name\tsteps\tsteps_per_s\tstep_ms\tpre_steps_per_s\twall_s\trc\n' > "$OUTDIR/throughput.tsv"
+[ -f "$OUTDIR/captures.tsv" ] || printf 'name\trc\twall_s\tin_window_steps_per_s\tpre_steps_per_s\tfiles\n' > "$OUTDIR/captures.tsv"
 
 resolve() {
   "$PYTHON" -c '
@@ -41,37 +45,59 @@ import sys
 from training_workloads.variants import capture_name, parse_capture_name
 w, v = parse_capture_name(sys.argv[1]); print(w, v, capture_name(w, v))' "$1"
 }
+field() { sed -n "s/.*[ ]$1=\\([^ ]*\\).*/\\1/p" <<<"$2"; }
+# seconds this run may take, or nothing when the deadline has passed
+budget() {
+  local t=$RUN_TIMEOUT now
+  if [ "$DEADLINE" -gt 0 ]; then
+    now=$(date +%s); [ $((DEADLINE - now)) -lt 15 ] && return 0
+    [ $((DEADLINE - now)) -lt "$t" ] && t=$((DEADLINE - now))
+  fi
+  echo "$t"
+}
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
 
+profile_one() {
+  local name=$1 log="$OUTDIR/logs/$1.profile.log" t t0 rc wall line files
+  t=$(budget); [ -n "$t" ] || { echo "capture_all: $name profile skipped (deadline)"; return; }
+  t0=$(date +%s.%N)
+  OUTDIR="$OUTDIR" NPROC="$NPROC" LAUNCH="$LAUNCH" timeout -k 10 "$t" bash "$here/profile.sh" "$name" \
+    --warmup "$WARMUP" --steps "$PROFILE_STEPS" >"$log" 2>&1
+  rc=$?; wall=$(elapsed "$t0")
+  line=$(grep -m1 '^THROUGHPUT' "$log")
+  files=$(cd "$OUTDIR" && ls -l "$name".* "${name}"_[0-9]*.* 2>/dev/null | awk '{printf "%s:%s ", $NF, $5}')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$wall" "$(field steps_per_s "$line")" \
+    "$(field pre_steps_per_s "$line")" "$files" >> "$OUTDIR/captures.tsv"
+  echo "capture_all: $name profiled: rc $rc, $wall s, $files"
+}
+
+throughput_one() {
+  local name=$1 workload=$2 v=$3 log="$OUTDIR/logs/$1.unprofiled.log" t t0 rc wall line
+  t=$(budget); [ -n "$t" ] || { echo "capture_all: $name unprofiled skipped (deadline)"; return; }
+  t0=$(date +%s.%N)
+  if [ "$workload" = ddp ] && [ "$v" != single ] && [ "$LAUNCH" != direct ]; then
+    # shellcheck disable=SC2086
+    timeout -k 10 "$t" $TORCHRUN --nproc_per_node="$NPROC" -m training_workloads ddp \
+      --variant "$v" --warmup "$WARMUP" --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
+  else
+    timeout -k 10 "$t" "$PYTHON" -m training_workloads "$workload" --variant "$v" \
+      --warmup "$WARMUP" --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
+  fi
+  rc=$?; wall=$(elapsed "$t0")
+  line=$(grep -m1 '^THROUGHPUT' "$log")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$THROUGHPUT_STEPS" "$(field steps_per_s "$line")" \
+    "$(field step_ms "$line")" "$(field pre_steps_per_s "$line")" "$wall" "$rc" >> "$OUTDIR/throughput.tsv"
+  echo "capture_all: $name unprofiled: $(field steps_per_s "$line") steps/s ($wall s, rc $rc)"
+}
+
+declare -a W V N
 for n in "${names[@]}"; do
   read -r workload v name < <(resolve "$n") || { echo "capture_all: unknown name $n" >&2; continue; }
-  if [ "$MODE" != profile ]; then
-    log="$OUTDIR/logs/$name.unprofiled.log"
-    t0=$(date +%s.%N)
-    if [ "$workload" = ddp ] && [ "$v" != single ]; then
-      # shellcheck disable=SC2086
-      timeout -k 10 "$RUN_TIMEOUT" $TORCHRUN --nproc_per_node="$NPROC" -m training_workloads ddp \
-        --variant "$v" --warmup "$WARMUP" --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
-    else
-      timeout -k 10 "$RUN_TIMEOUT" "$PYTHON" -m training_workloads "$workload" --variant "$v" \
-        --warmup "$WARMUP" --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
-    fi
-    rc=$?
-    wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-    line=$(grep -m1 '^THROUGHPUT' "$log")
-    sps=$(sed -n 's/.*steps_per_s=\([^ ]*\).*/\1/p' <<<"$line")
-    ms=$(sed -n 's/.*step_ms=\([^ ]*\).*/\1/p' <<<"$line")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$THROUGHPUT_STEPS" "${sps:-NA}" "${ms:-NA}" "$wall" "$rc" >> "$OUTDIR/throughput.tsv"
-    echo "capture_all: $name unprofiled: ${sps:-FAILED} steps/s (${wall%.*} s, rc $rc)"
-  fi
-  if [ "$MODE" != throughput ]; then
-    log="$OUTDIR/logs/$name.profile.log"
-    t0=$(date +%s.%N)
-    OUTDIR="$OUTDIR" NPROC="$NPROC" timeout -k 10 "$RUN_TIMEOUT" bash "$here/profile.sh" "$name" \
-      --warmup "$WARMUP" --steps "$PROFILE_STEPS" >"$log" 2>&1
-    rc=$?
-    wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-    files=$(cd "$OUTDIR" && ls -l "$name".* "${name}"_[0-9]*.* 2>/dev/null | awk '{printf "%s:%s ", $NF, $5}')
-    printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$wall" "$files" >> "$OUTDIR/captures.tsv"
-    echo "capture_all: $name profiled: rc $rc, ${wall%.*} s, $files"
-  fi
+  W+=("$workload"); V+=("$v"); N+=("$name")
 done
+if [ "$MODE" != throughput ]; then
+  for i in "${!N[@]}"; do profile_one "${N[$i]}"; done
+fi
+if [ "$MODE" != profile ]; then
+  for i in "${!N[@]}"; do throughput_one "${N[$i]}" "${W[$i]}" "${V[$i]}"; done
+fi

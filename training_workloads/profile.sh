@@ -17,13 +17,18 @@
 #   NSYS_EXTRA=""        more nsys profile flags (e.g. --osrt-threshold=10000)
 #   PYTHON=python3, TORCHRUN=torchrun (falls back to "$PYTHON -m torch.distributed.run")
 #   EXPORT=1             run `nsys export --type sqlite` on each report (0: skip)
+#   LAUNCH=torchrun      DDP variants: torchrun (default) or direct (one process, world of one,
+#                        no torchrun; the workload sets RANK/WORLD_SIZE/MASTER_* itself)
 #
 # DDP variants run as in the article: torchrun --nproc_per_node=N --no-python nsys profile ...
 # python -m training_workloads ddp ...; `single` runs nsys directly (no torchrun, no DDP).
 # Where nsys has no report importer (seen with the 2023.4 target package on an H200), only a
-# .qdstrm is left: import it elsewhere (QdstrmImporter, or ../shared/tools/nsys-local.sh import).
+# .qdstrm is left: import it elsewhere (QdstrmImporter, or ../shared/tools/nsys-local.sh import),
+# after `python -m training_workloads.qdstrm_patch FILE.qdstrm` when the program used CUDA >= 12.5
+# APIs that nsys 2023.4 does not know (PyTorch DDP does). With nsys 2023.4, TRACE=cuda,nvtx:
+# osrt blew a 3-step run up to a 2.4 GB .qdstrm there (see CAPTURE_NOTES.md).
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
 variant=$1; shift
 
 NSYS=${NSYS:-nsys}
@@ -57,7 +62,7 @@ nsys_args=(profile
 [ -n "${NSYS_EXTRA:-}" ] && nsys_args+=($NSYS_EXTRA)
 
 set +e
-if [ "$workload" = input-pipeline ] || [ "$v" = single ]; then
+if [ "$workload" = input-pipeline ] || [ "$v" = single ] || [ "${LAUNCH:-torchrun}" = direct ]; then
   "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/$NAME" "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@"
   rc=$?
 else
@@ -79,7 +84,8 @@ mapfile -t reps < <(found nsys-rep)
 if [ ${#reps[@]} -eq 0 ]; then
   mapfile -t q < <(found qdstrm)
   if [ ${#q[@]} -gt 0 ]; then
-    echo "profile.sh: no .nsys-rep (this nsys has no report importer); import ${q[*]} on a host that has one" >&2
+    echo "profile.sh: no .nsys-rep (this nsys has no report importer); on a host that has one run" \
+         "python -m training_workloads.qdstrm_patch and the importer on ${q[*]}" >&2
     exit 0
   fi
   echo "profile.sh: $NAME: nothing was written" >&2

@@ -11,7 +11,7 @@ from . import Evidence, Finding, make_finding
 
 GRAD_COPY_BYTES = 64e6      # DtoD bytes per step that look like DDP's gradient bucket copies
 GRAD_COPY_SHARE = 0.02      # ...when they also take this share of the step
-NCCL_SHARE_MIN = 0.05       # NCCL worth looking at
+EXPOSED_MIN_SHARE = 0.02    # exposed NCCL time, as a share of the step, worth hiding
 EXPOSED_HIGH = 0.7          # share of NCCL time not hidden under compute: "after the backward"
 FEW_BUCKETS = 2             # all-reduce kernels per step meaning one (or two) buckets
 NCCL_DOMINANT = 0.30        # NCCL share of the step that calls for compression
@@ -77,9 +77,9 @@ def _nccl_exposure(ev: Evidence) -> tuple[float, float]:
 def ddp_bucket_overlap(ev: Evidence) -> Finding | None:
     """One all-reduce after the whole backward, barely overlapped: smaller buckets overlap it."""
     nccl, exposed = _nccl_exposure(ev)
-    if not nccl or ev.get("nccl_share") < NCCL_SHARE_MIN or exposed < EXPOSED_HIGH:
+    if not nccl or exposed < EXPOSED_HIGH or ev.get("nccl_count") > FEW_BUCKETS:
         return None
-    if ev.get("nccl_count") > FEW_BUCKETS:
+    if ev.get("nccl_exposed_ns") < EXPOSED_MIN_SHARE * ev.window_ns:
         return None
     return make_finding(
         ev, "ddp-bucket-overlap",
@@ -100,7 +100,9 @@ model = DDP(model, device_ids=[local_rank], bucket_cap_mb=100)   # try 25..200
 def ddp_static_graph(ev: Evidence) -> Finding | None:
     """Several buckets whose all-reduces still run after the backward: declare the graph static."""
     nccl, exposed = _nccl_exposure(ev)
-    if not nccl or ev.get("nccl_count") <= FEW_BUCKETS or exposed < EXPOSED_HIGH or ev.get("nccl_share") < NCCL_SHARE_MIN:
+    if not nccl or ev.get("nccl_count") <= FEW_BUCKETS or exposed < EXPOSED_HIGH:
+        return None
+    if ev.get("nccl_exposed_ns") < EXPOSED_MIN_SHARE * ev.window_ns:
         return None
     return make_finding(
         ev, "ddp-static-graph",

@@ -122,9 +122,11 @@ def input_pipeline_ok(ev: Evidence) -> Finding | None:
     overlap = ev.get("htod_hidden_ns") / htod_ns
     if overlap < HIDDEN_OVERLAP and exposed >= MIN_GAIN_SHARE * ev.window_ns:
         return None
+    how = (f"copies {overlap:.0%} hidden under compute" if overlap >= HIDDEN_OVERLAP
+           else f"exposed copies only {exposed / ev.window_ns:.1%} of the step")
     return make_finding(
         ev, "input-pipeline-ok",
-        f"Input pipeline is not the bottleneck: GPU busy {1 - idle:.0%}, copies {overlap:.0%} hidden under compute",
+        f"Input pipeline is not the bottleneck: GPU busy {1 - idle:.0%}, {how}",
         confidence=0.85, gain_ns=0.0, severity="info",
         evidence={"gpu_idle_fraction": idle, "htod_kernel_overlap": overlap, "htod_exposed_ns": exposed},
         fix="Stop tuning data loading; the step is bound by GPU compute: look at the kernels "
