@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
@@ -55,26 +56,137 @@ class Analysis:
         self.close()
 
     # ---- stage 1: steps -------------------------------------------------------------
+    # Only what the pipeline uses is loaded: kernels without streamId (and without correlationId
+    # when no step is projected), and runtime calls by API name (see _projection).
     @cached_property
-    def _activities(self) -> pd.DataFrame:
-        t = self.trace
-        return S.gpu_activities(t.kernels, t.memcpys, t.memsets)
+    def _kernels(self) -> pd.DataFrame:
+        cols = ["start", "end", "deviceId", "globalPid", "nameId"]
+        return self.trace.gpu_table("kernels", cols + (["correlationId"] if self._projects_steps else []))
+
+    @cached_property
+    def _memcpys(self) -> pd.DataFrame:
+        return self.trace.gpu_table("memcpys")
+
+    @cached_property
+    def _memsets(self) -> pd.DataFrame:
+        return self.trace.gpu_table("memsets", ["start", "end", "deviceId", "globalPid", "correlationId"])
+
+    @property
+    def _gpu_parts(self) -> list[pd.DataFrame]:
+        """GPU activity frames (kernels, memcpys, memsets): used side by side, never concatenated."""
+        return [self._kernels, self._memcpys, self._memsets]
 
     @cached_property
     def _step_ranges(self) -> tuple[pd.DataFrame, str | None]:
         return S.find_steps(self.trace.nvtx, self.step_range)
 
     @cached_property
+    def _projects_steps(self) -> bool:
+        return not self._step_ranges[0].empty
+
+    @cached_property
+    def _api_names(self) -> dict[int, str]:
+        return self.trace.api_names()
+
+    @cached_property
+    def _runtime_classified(self) -> pd.DataFrame:
+        """Runtime calls the metrics classify (launches, sync copies, sync waits), selected by API name in SQL."""
+        return self.trace.runtime_named(M.api_categories(self._api_names))
+
+    @cached_property
+    def _runtime_launching(self) -> pd.DataFrame:
+        """The other runtime calls that can launch GPU work (async copies, memsets, ...): step projection only."""
+        if not self._projects_steps:
+            return self._runtime_classified.iloc[:0]
+        classified = M.api_categories(self._api_names)
+        return self.trace.runtime_named(
+            {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n) and i not in classified})
+
+    @cached_property
+    def _projection(self) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+        """Step windows, and the runtime frames they were projected with.
+
+        The runtime calls are selected by API name in SQL instead of loading every call: the calls the
+        metrics classify, the other calls that launch GPU work, then — so no launching call is missed
+        whatever its name — the calls of any GPU activity still without one (looked up by correlationId).
+        """
+        self._load_tables()
+        ranges, parts = self._step_ranges[0], [self._runtime_classified, self._runtime_launching]
+        windows, missing = S.project_steps_checked(ranges, parts, self._gpu_parts)
+        if len(missing):
+            loaded = set(M.api_categories(self._api_names))
+            loaded |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
+            extra = self.trace.runtime_by_correlation(missing["correlationId"].to_numpy(), loaded)
+            key = pd.MultiIndex.from_arrays([pid_of(extra["globalTid"]), extra["correlationId"].to_numpy()])
+            extra = extra[key.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)
+            if len(extra):
+                parts.append(extra)
+                windows = S.project_steps(ranges, parts, self._gpu_parts)
+        return windows, parts
+
+    @property
+    def _runtime_parts(self) -> list[pd.DataFrame]:
+        """The runtime calls loaded (see _projection); the first frame holds the classified calls."""
+        return self._projection[1] if self._projects_steps else [self._runtime_classified]
+
+    def _load_tables(self) -> None:
+        """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
+        self._step_ranges, self._api_names  # noqa: B018 (small: read first, in this thread)
+        names = ["_kernels", "_runtime_classified", "_memcpys", "_memsets"]
+        names += ["_runtime_launching"] if self._projects_steps else []
+        names = [n for n in names if n not in self.__dict__]
+        if len(names) < 2:
+            return
+        with ThreadPoolExecutor(2) as pool:
+            futures = {n: pool.submit(getattr(type(self), n).func, self) for n in names}
+        for n, f in futures.items():
+            self.__dict__.setdefault(n, f.result())
+
+    @cached_property
     def _step_windows(self) -> pd.DataFrame:
-        ranges, _ = self._step_ranges
-        return S.project_steps(ranges, self.trace.runtime, self._activities)
+        if not self._projects_steps:
+            return S.project_steps(self._step_ranges[0], [], [])
+        return self._projection[0]
+
+    @cached_property
+    def _capture_windows(self) -> pd.DataFrame:
+        """One window per (process, device) with GPU work: first activity start to last activity end."""
+        self._load_tables()
+        return S.capture_windows(self._gpu_parts)
 
     # ---- stage 2: metrics -----------------------------------------------------------
-    def _metrics(self, windows: pd.DataFrame) -> pd.DataFrame:
+    WINDOW_KEYS = ["globalPid", "deviceId", "window_start", "window_end", "globalTid", "cpu_start", "cpu_end"]
+
+    @cached_property
+    def _window_metric_columns(self) -> pd.DataFrame:
+        """Metric columns of every step window, then every capture window, as ``metrics.window_metrics``
+        computes them, in one pass over the trace's rows (a window's metrics depend on that window only).
+
+        CPU metrics go first so the runtime calls can be released before the GPU metrics build
+        their interval unions; the loaded rows are released at the end.
+        """
+        steps, capture = self._step_windows, self._capture_windows
+        capture = capture.assign(globalTid=-1, cpu_start=capture["window_start"], cpu_end=capture["window_end"])
+        windows = pd.concat([w[self.WINDOW_KEYS] for w in (steps, capture) if len(w)], ignore_index=True)
+        if windows.empty:
+            return windows
+        windows = windows.astype(np.int64)
         t = self.trace
-        api_calls = M.classify_runtime(t.runtime, t.runtime_names)
-        return M.window_metrics(windows, t.kernels, t.memcpys, t.memsets, t.nccl_kernel_name_ids,
-                                api_calls, self._munmap)
+        busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets) if len(self._munmap) else {}  # munmap only
+        cpu = M.cpu_metrics(windows, M.classify_runtime(self._runtime_classified, self._api_names), self._munmap, busy)
+        del busy
+        for name in ("_projection", "_runtime_classified", "_runtime_launching"):
+            self.__dict__.pop(name, None)
+        kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
+        self.__dict__.pop("_kernels", None)
+        gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids)
+        self.__dict__.pop("_memsets", None)
+        return pd.concat([gpu, cpu], axis=1)
+
+    def _metrics_of(self, windows: pd.DataFrame, first: int) -> pd.DataFrame:
+        """``windows`` with their metric columns (rows ``first``.. of _window_metric_columns)."""
+        cols = self._window_metric_columns.iloc[first:first + len(windows)].set_axis(windows.index)
+        return pd.concat([windows, cols], axis=1)
 
     @cached_property
     def _munmap(self) -> pd.DataFrame:
@@ -88,7 +200,7 @@ class Analysis:
     def _steps_metrics(self) -> pd.DataFrame:
         if self._step_windows.empty:
             return self._step_windows
-        return self._metrics(self._step_windows)
+        return self._metrics_of(self._step_windows, 0)
 
     def summary(self) -> pd.DataFrame:
         """Per (process, device): whole-capture metrics, then ``step_median_*`` columns when steps exist."""
@@ -96,11 +208,11 @@ class Analysis:
 
     @cached_property
     def _summary(self) -> pd.DataFrame:
-        windows = S.capture_windows(self._activities)
+        windows = self._capture_windows
         if windows.empty:
             return windows
         windows = windows.assign(globalTid=-1, cpu_start=windows["window_start"], cpu_end=windows["window_end"])
-        out = self._metrics(windows)
+        out = self._metrics_of(windows, len(self._step_windows))
         if not self._steps_metrics.empty:
             out = out.merge(M.step_medians(self._steps_metrics), on=["globalPid", "deviceId"], how="left")
         return out
@@ -124,6 +236,7 @@ class Analysis:
             if not mine.empty:
                 use = mine[mine["closed"]] if mine["closed"].any() else mine
                 m = use.select_dtypes("number").median().to_dict()
+                m.update(copies_per_step(row, len(mine)))
                 scope = "step median"
             else:
                 m, scope = row.to_dict(), "capture"
@@ -137,21 +250,22 @@ class Analysis:
 
     def _facts(self) -> dict[str, float]:
         """Trace-wide facts the rules use (process/device counts, NCCL NVTX ranges)."""
-        act = self._activities
+        keys = self._capture_windows  # one row per (process, device) with GPU work
         nvtx = self.trace.nvtx
         return {
-            "gpu_processes": float(act["globalPid"].nunique()),
-            "gpu_devices": float(act[["globalPid", "deviceId"]].drop_duplicates().shape[0]),
-            "physical_devices": float(act["deviceId"].nunique()),
+            "gpu_processes": float(keys["globalPid"].nunique()),
+            "gpu_devices": float(len(keys)),
+            "physical_devices": float(keys["deviceId"].nunique()),
             "nccl_nvtx_ranges": float((nvtx["domain"] == "NCCL").sum()) if not nvtx.empty else 0.0,
         }
 
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
         """Per-device facts: the share of HtoD copies issued on streams that also run kernels."""
-        k, m = self.trace.kernels, self.trace.memcpys
-        k = k[(k["globalPid"] == pid) & (k["deviceId"] == dev)]
+        m = self._memcpys
         htod = m[(m["globalPid"] == pid) & (m["deviceId"] == dev) & (m["copyKind"] == 1)]
-        frac = float(np.isin(htod["streamId"], k["streamId"].unique()).mean()) if len(htod) else float("nan")
+        streams = htod["streamId"].unique()
+        with_kernels = [s for s in streams if self.trace.kernel_on_stream(pid, dev, s)]  # asked in SQL, per stream
+        frac = float(np.isin(htod["streamId"], with_kernels).mean()) if len(htod) else float("nan")
         return {"htod_on_kernel_streams_fraction": frac}
 
     def findings(self) -> list[Finding]:
@@ -166,7 +280,7 @@ class Analysis:
     def info(self) -> TraceInfo:
         t = self.trace
         procs = t.processes
-        act_keys = self._activities[["globalPid", "deviceId"]].drop_duplicates().sort_values(["globalPid", "deviceId"])
+        act_keys = self._capture_windows[["globalPid", "deviceId"]]
         gpu_names = dict(zip(t.gpus["deviceId"], t.gpus["name"])) if not t.gpus.empty else {}
         gpu_pids = set(act_keys["globalPid"])
         nvtx_pids = set(pid_of(t.nvtx["globalTid"])) if not t.nvtx.empty else set()
@@ -184,7 +298,7 @@ class Analysis:
     def notes(self) -> list[str]:
         """Plain-language caveats about what the trace can and cannot show."""
         t, notes = self.trace, []
-        if self._activities.empty:
+        if self._capture_windows.empty:
             notes.append("No GPU activity (kernels, memcpys, memsets) in this export: capture with --trace=cuda "
                          "and make sure the profiled range includes GPU work.")
         if t.nvtx.empty:
@@ -204,14 +318,11 @@ class Analysis:
         elif self._step_ranges[0].empty:
             notes.append("No repeating step range found among the NVTX ranges; the capture is analyzed as one window "
                          "per device (pass --step-range REGEX to choose the step range).")
-        elif self._step_windows.empty and not self._activities.empty:
+        elif self._step_windows.empty and not self._capture_windows.empty:
             notes.append("Step ranges were found but none launched GPU work that could be correlated "
                          "(runtime API not traced?); per-step GPU metrics are unavailable.")
         if not t.schema.has("OSRT_API"):
             notes.append("No OS runtime data: munmap evidence is unavailable (capture with --trace=cuda,nvtx,osrt).")
-        if not self._steps_metrics.empty and not self._steps_metrics["closed"].all():
-            notes.append("The last step's GPU window ends at its last GPU activity (the idle after it is not in the "
-                         "capture); step medians use the other steps.")
         return notes
 
     @property
@@ -242,13 +353,33 @@ class Analysis:
         return s.rename(columns={"deviceId": "device", "idle_fraction": "gpu_idle_fraction"})
 
 
+# Host<->device copy metrics the rules read per step from the whole capture (total / steps):
+# a step's copies can run in another step's window when the CPU runs ahead (side-stream prefetch).
+CAPTURE_COPY_TOTALS = ["htod_ns", "htod_hidden_ns", "htod_bytes", "htod_count", "htod_pageable_bytes",
+                       "htod_pinned_bytes", "htod_pageable_ns", "htod_pinned_ns", "dtoh_bytes", "dtoh_ns"]
+
+
+def copies_per_step(capture: pd.Series, steps: int) -> dict[str, float]:
+    """Mean per step of the capture's host<->device copy totals, and the capture's HtoD overlap ratio."""
+    out = {k: float(capture[k]) / steps for k in CAPTURE_COPY_TOTALS}
+    out["htod_kernel_overlap"] = capture["htod_kernel_overlap"]
+    return out
+
+
 def _records(frame: pd.DataFrame) -> list[dict]:
-    """DataFrame rows as JSON-safe dicts (NaN → None, numpy scalars → Python)."""
+    """DataFrame rows as JSON-safe dicts (NaN → None, numpy scalars → Python), built column by column."""
     if frame.empty:
         return []
-    clean = frame.astype(object).where(frame.notna(), None)
-    return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
-            for row in clean.to_dict(orient="records")]
+    columns = []
+    for name in frame.columns:
+        col = frame[name]
+        values = col.to_numpy().tolist() if col.dtype.kind in "iufb" else list(col)
+        missing = col.isna().to_numpy()
+        if missing.any():
+            values = [None if m else v for v, m in zip(values, missing)]
+        columns.append([v.item() if isinstance(v, np.generic) else v for v in values] if col.dtype.kind == "O" else values)
+    names = list(frame.columns)
+    return [dict(zip(names, row)) for row in zip(*columns)]
 
 
 def open(path: str | os.PathLike, step_range: str | None = None) -> Analysis:  # noqa: A001 (mirrors builtins.open)

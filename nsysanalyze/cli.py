@@ -13,10 +13,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from . import batch, ranks
 from .analysis import Analysis
 from .errors import InputError
 from .render import json as json_render
 from .render import markdown as md_render
+from .render import ranks as ranks_render
 from .render import terminal as term_render
 
 FORMATS = click.Choice(["text", "json", "markdown"])
@@ -63,15 +65,40 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
 
 
 def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
+    """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
+    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks")."""
+    view = None
+    if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
+        view = ranks.cross_rank(reports)
     if fmt == "json":
         doc = reports[0] if len(reports) == 1 else {"format_version": reports[0]["format_version"], "traces": reports}
+        if view is not None:
+            doc = {**doc, "ranks": view}
         click.echo(json_render.render(doc))
     elif fmt == "markdown":
-        click.echo("\n\n".join(md_render.render(r, sections) for r in reports))
+        text = "\n\n".join(md_render.render(r, sections) for r in reports)
+        click.echo(text + ("\n\n" + ranks_render.render_markdown(view) if view is not None else ""))
     else:
         console = Console(highlight=False)
         for r in reports:
             term_render.render(r, console, sections)
+        if view is not None:
+            ranks_render.render_text(view, console)
+
+
+def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = None,
+                  dask_address: str | None = None) -> list[dict]:
+    """Reports of ``paths``, several at a time (batch.analyze_many); a progress bar on stderr when it is a
+    terminal and there is more than one file."""
+    if len(paths) < 2 or not sys.stderr.isatty():
+        return batch.analyze_many(paths, step_range, jobs, dask_address)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("analyzing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("analyzing", total=len(paths))
+        return batch.analyze_many(paths, step_range, jobs, dask_address,
+                                  on_done=lambda _p: progress.advance(task))
 
 
 def common_options(f):
@@ -89,9 +116,20 @@ def cli():
 
 @cli.command()
 @common_options
-def diagnose(files, fmt, step_range, example):
-    """Summary, per-step table and ranked findings with fixes."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary", "steps", "findings"))
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Exports analyzed in parallel, one process each (default: the number of cores).")
+@click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
+              help="Analyze the exports on this Dask cluster instead (pip install 'nsysanalyze[dask]'; "
+                   "the workers must see the files at the same paths).")
+def diagnose(files, fmt, step_range, example, jobs, dask_address):
+    """Summary, per-step table and ranked findings with fixes.
+
+    Several FILES (or a directory of them: one export per rank) are analyzed in parallel and followed
+    by a cross-rank view: step time per rank, spread, slowest rank, NCCL imbalance, likely straggler.
+    A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
+    """
+    reports = analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address)
+    emit(reports, fmt, ("summary", "steps", "findings", "ranks"))
 
 
 @cli.command()

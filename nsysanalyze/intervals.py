@@ -8,25 +8,43 @@ differences follow from inclusion-exclusion:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+
+
+BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporaries, not a loop per event
+
+
+def is_sorted(x: np.ndarray) -> bool:
+    """Whether ``x`` is non-decreasing (O(n), no copy of ``x``)."""
+    return x.size < 2 or bool(np.all(x[1:] >= x[:-1]))
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge)."""
+    """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge).
+
+    Input already sorted by start (the usual order of an nsys table per device) skips the sort.
+    """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
+    del keep
     if starts.size == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
+    if not is_sorted(starts):
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        del order
     running_end = np.maximum.accumulate(ends)
     # a new merged interval begins where the start lies beyond every earlier end
     new = np.empty(starts.size, dtype=bool)
     new[0] = True
-    new[1:] = starts[1:] > running_end[:-1]
+    np.greater(starts[1:], running_end[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.append(first[1:], starts.size) - 1
+    del new
+    last = np.append(first[1:], starts.size)
+    last -= 1
     return starts[first], running_end[last]
 
 
@@ -39,8 +57,15 @@ class Coverage:
 
     @classmethod
     def of(cls, *parts: "Coverage") -> "Coverage":
-        """Union of several coverages."""
-        return cls(np.concatenate([p.starts for p in parts]), np.concatenate([p.ends for p in parts]))
+        """Union of several coverages (an empty part is skipped; a single non-empty part is returned as is)."""
+        nonempty = [p for p in parts if p.starts.size]
+        if len(nonempty) <= 1:
+            return nonempty[0] if nonempty else (parts[0] if parts else cls(np.empty(0), np.empty(0)))
+        return cls(np.concatenate([p.starts for p in nonempty]), np.concatenate([p.ends for p in nonempty]))
+
+    def __len__(self) -> int:
+        """Number of disjoint intervals."""
+        return int(self.starts.size)
 
     @property
     def total(self) -> int:
@@ -67,9 +92,72 @@ def overlap_within(x: Coverage, y: Coverage, xy: Coverage, a: np.ndarray, b: np.
     return x.within(a, b) + y.within(a, b) - xy.within(a, b)
 
 
+def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|x ∩ y| inside each window [a, b), without building x ∪ y.
+
+    Costs O((|x| + windows) log |y|) for x the side with fewer intervals: each disjoint interval
+    of x looks up how much of it y covers; a prefix sum of those answers whole intervals and the
+    interval cut by a window edge is looked up on its own.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if len(x) > len(y):
+        x, y = y, x
+    if len(x) == 0:
+        return np.zeros(np.broadcast(a, b).shape, dtype=np.int64)
+    y_at_start = y.covered_before(x.starts)
+    cum = np.concatenate(([0], np.cumsum(y.covered_before(x.ends) - y_at_start)))
+
+    def before(t: np.ndarray) -> np.ndarray:  # |x ∩ y ∩ (-inf, t)|
+        k = np.searchsorted(x.starts, t, side="right") - 1
+        kk = np.maximum(k, 0)
+        partial = y.covered_before(np.minimum(t, x.ends[kk])) - y_at_start[kk]
+        return np.where(k >= 0, cum[kk] + partial, 0)
+
+    return np.maximum(before(b) - before(a), 0)
+
+
+def count_in_windows(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Number of ``times`` in each window [a, b)."""
+    t = np.asarray(times)
+    if not is_sorted(t):
+        t = np.sort(t)
+    return np.searchsorted(t, b, side="left") - np.searchsorted(t, a, side="left")
+
+
 def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Sum of ``values`` whose ``times`` fall in each window [a, b) (times need not be sorted)."""
-    order = np.argsort(times, kind="stable")
-    t = np.asarray(times)[order]
-    cum = np.concatenate(([0], np.cumsum(np.asarray(values)[order])))
+    t, v = np.asarray(times), np.asarray(values)
+    if not is_sorted(t):
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+    cum = np.concatenate(([0], np.cumsum(v)))
     return cum[np.searchsorted(t, b, side="left")] - cum[np.searchsorted(t, a, side="left")]
+
+
+def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray | None]]:
+    """Rows per distinct combination of the key arrays, as (key tuple, row indices); indices are
+    None when every row has the same key (no index array is built). Keys in sorted order."""
+    n = len(keys[0]) if keys else 0
+    if n == 0:
+        return []
+    if all(bool((k == k[0]).all()) for k in keys):
+        return [(tuple(k[0].item() for k in keys), None)]
+    code = np.zeros(n, dtype=np.int64)
+    uniques = []
+    for k in keys:
+        c, u = pd.factorize(k, sort=True)
+        code = code * len(u) + c
+        uniques.append(u)
+    counts = np.bincount(code)
+    present = np.flatnonzero(counts)
+    order = np.argsort(code, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(counts[present])))
+    out = []
+    for i, c in enumerate(present):
+        key, rest = [], int(c)
+        for u in reversed(uniques):
+            rest, r = divmod(rest, len(u))
+            key.append(u[r].item() if hasattr(u[r], "item") else u[r])
+        out.append((tuple(reversed(key)), order[bounds[i]:bounds[i + 1]]))
+    return out

@@ -31,7 +31,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import Coverage, overlap_within, sum_in_windows
+from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, sum_in_windows
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -44,27 +44,53 @@ API_PATTERNS = {
 }
 
 
-def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
-    """Runtime calls of interest with an ``api`` column ('launch', 'sync_copy', 'sync_wait')."""
+def api_categories(names: dict[int, str]) -> dict[int, str]:
+    """nameId -> category ('launch', 'sync_copy', 'sync_wait') of the runtime API names that have one."""
     category = {i: next((k for k, p in API_PATTERNS.items() if p.match(n)), "") for i, n in names.items()}
-    api = runtime["nameId"].map(category).fillna("")
-    return runtime.assign(api=api.to_numpy())[api.to_numpy() != ""].reset_index(drop=True)
+    return {i: c for i, c in category.items() if c}
 
 
-def _by_window_key(events: pd.DataFrame, windows: pd.DataFrame, value: np.ndarray | None = None) -> np.ndarray:
-    """Sum of ``value`` (default: 1 per event) over events starting in each window's CPU range,
-    on the window's thread (globalTid) or, for globalTid -1, anywhere in its process."""
-    out = np.zeros(len(windows), dtype=np.int64)
-    if events.empty or windows.empty:
+def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
+    """Runtime calls of interest with an ``api`` column ('launch', 'sync_copy', 'sync_wait'; categorical)."""
+    category = api_categories(names)
+    labels = list(API_PATTERNS)
+    ids = np.array(sorted(category), dtype=np.int64)
+    codes = np.array([labels.index(category[i]) for i in ids], dtype=np.int8)
+    name_ids = runtime["nameId"].to_numpy()
+    code = np.full(len(runtime), -1, dtype=np.int8)
+    if ids.size and len(runtime):
+        pos = np.minimum(np.searchsorted(ids, name_ids), ids.size - 1)
+        hit = ids[pos] == name_ids
+        code[hit] = codes[pos[hit]]
+    keep = code >= 0
+    out = runtime if keep.all() else runtime[keep]
+    return out.assign(api=pd.Categorical.from_codes(code[keep], categories=labels)).reset_index(drop=True)
+
+
+def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
+                 columns: dict[str, tuple[np.ndarray | None, np.ndarray | None]]) -> dict[str, np.ndarray]:
+    """Per window row, for each name -> (event mask or None, values or None): the sum of the values
+    (the count when None) over the selected events starting in the window's CPU range
+    [cpu_start, cpu_end), on the window's thread (globalTid) or, for globalTid -1, anywhere in its process.
+    Events are taken a block at a time (the sums add up), which bounds the temporaries."""
+    out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
+    if len(tids) == 0 or windows.empty:
         return out
-    values = np.ones(len(events), dtype=np.int64) if value is None else np.asarray(value, dtype=np.int64)
-    ev_tid = events["globalTid"].to_numpy()
-    ev_pid = pid_of(ev_tid)
-    ev_start = events["start"].to_numpy()
-    for (tid, pid), idx in windows.groupby(["globalTid", "globalPid"]).indices.items():
-        mine = ev_pid == pid if tid < 0 else ev_tid == tid
-        w = windows.iloc[idx]
-        out[idx] = sum_in_windows(ev_start[mine], values[mine], w["cpu_start"].to_numpy(), w["cpu_end"].to_numpy())
+    cpu_start, cpu_end = windows["cpu_start"].to_numpy(), windows["cpu_end"].to_numpy()
+    groups = windows.groupby(["globalTid", "globalPid"]).indices.items()
+    for lo in range(0, len(tids), BLOCK):
+        block = slice(lo, lo + BLOCK)
+        block_tids = tids[block]
+        block_pids = pid_of(block_tids)
+        for (tid, pid), idx in groups:
+            mine = block_pids == pid if tid < 0 else block_tids == tid
+            if not mine.any():
+                continue
+            a, b = cpu_start[idx], cpu_end[idx]
+            for name, (mask, values) in columns.items():
+                sel = np.flatnonzero(mine if mask is None else mine & mask[block])
+                out[name][idx] += (count_in_windows(starts[block][sel], a, b) if values is None
+                                   else sum_in_windows(starts[block][sel], values[block][sel], a, b))
     return out
 
 
@@ -74,68 +100,42 @@ def _coverage(frame: pd.DataFrame, mask: np.ndarray | None = None) -> Coverage:
     return Coverage(frame["start"].to_numpy()[mask], frame["end"].to_numpy()[mask])
 
 
+EMPTY = Coverage(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+
+def _by_device(frame: pd.DataFrame, columns: list[str]):
+    """Function (globalPid, deviceId) -> {column: array} over ``frame``'s rows of that device (no copy
+    when every row belongs to it); the rows are grouped once."""
+    groups = dict(group_indices(frame["globalPid"].to_numpy(), frame["deviceId"].to_numpy())) if len(frame) else {}
+    arrays = {c: frame[c].to_numpy() for c in columns}
+
+    def rows(key) -> dict[str, np.ndarray]:
+        if key not in groups:
+            return {c: a[:0] for c, a in arrays.items()}
+        idx = groups[key]
+        return dict(arrays) if idx is None else {c: a[idx] for c, a in arrays.items()}
+    return rows
+
+
+def _masked(cov: Coverage, starts: np.ndarray, ends: np.ndarray, mask: np.ndarray) -> Coverage:
+    """Coverage of the masked intervals, reusing ``cov`` (all of them) or EMPTY (none) when possible."""
+    n = int(np.count_nonzero(mask))
+    return cov if n == mask.size else EMPTY if n == 0 else Coverage(starts[mask], ends[mask])
+
+
 def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
                 nccl_name_ids: np.ndarray) -> pd.DataFrame:
     """GPU-side metrics per window row (same index as ``windows``); see the module docstring."""
     out = {}
-    for (pid, dev), idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
-        a = windows["window_start"].to_numpy()[idx]
-        b = windows["window_end"].to_numpy()[idx]
-        k = kernels[(kernels["globalPid"] == pid) & (kernels["deviceId"] == dev)]
-        m = memcpys[(memcpys["globalPid"] == pid) & (memcpys["deviceId"] == dev)]
-        s = memsets[(memsets["globalPid"] == pid) & (memsets["deviceId"] == dev)]
-        is_nccl = np.isin(k["nameId"].to_numpy(), nccl_name_ids)
-        kind = m["copyKind"].to_numpy()
-        htod, dtoh, dtod, ptop = (kind == COPY_HTOD), (kind == COPY_DTOH), (kind == COPY_DTOD), (kind == COPY_PTOP)
-        kern, copies, sets = _coverage(k), _coverage(m), _coverage(s)
-        nccl, compute = _coverage(k, is_nccl), _coverage(k, ~is_nccl)
-        htod_cov = _coverage(m, htod)
-        copy_or_set = Coverage.of(copies, sets)
-        busy = Coverage.of(kern, copy_or_set)
-        m_start, k_start = m["start"].to_numpy(), k["start"].to_numpy()
-        m_bytes, m_dur = m["bytes"].to_numpy(), (m["end"] - m["start"]).to_numpy()
-        src, dst = m["srcKind"].to_numpy(), m["dstKind"].to_numpy()
-
-        def copy_sum(mask, values):
-            return sum_in_windows(m_start[mask], values[mask], a, b)
-
-        ones_m = np.ones(len(m), dtype=np.int64)
-        window_ns = b - a
-        cols = {
-            "window_ns": window_ns,
-            "busy_ns": busy.within(a, b),
-            "kernel_ns": kern.within(a, b),
-            "kernel_count": sum_in_windows(k_start, np.ones(len(k), dtype=np.int64), a, b),
-            "kernel_sum_ns": sum_in_windows(k_start, (k["end"] - k["start"]).to_numpy(), a, b),
-            "memcpy_ns": copies.within(a, b),
-            "memcpy_hidden_ns": overlap_within(copies, kern, Coverage.of(copies, kern), a, b),
-            "memset_ns": sets.within(a, b),
-            "htod_ns": htod_cov.within(a, b),
-            "htod_hidden_ns": overlap_within(htod_cov, kern, Coverage.of(htod_cov, kern), a, b),
-            "htod_count": copy_sum(htod, ones_m),
-            "htod_bytes": copy_sum(htod, m_bytes),
-            "htod_pageable_bytes": copy_sum(htod & (src == MEM_PAGEABLE), m_bytes),
-            "htod_pinned_bytes": copy_sum(htod & (src == MEM_PINNED), m_bytes),
-            "htod_pageable_ns": copy_sum(htod & (src == MEM_PAGEABLE), m_dur),
-            "htod_pinned_ns": copy_sum(htod & (src == MEM_PINNED), m_dur),
-            "dtoh_count": copy_sum(dtoh, ones_m),
-            "dtoh_bytes": copy_sum(dtoh, m_bytes),
-            "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
-            "dtoh_ns": _coverage(m, dtoh).within(a, b),
-            "dtod_count": copy_sum(dtod, ones_m),
-            "dtod_bytes": copy_sum(dtod, m_bytes),
-            "dtod_ns": _coverage(m, dtod).within(a, b),
-            "ptop_count": copy_sum(ptop, ones_m),
-            "ptop_bytes": copy_sum(ptop, m_bytes),
-            "ptop_ns": _coverage(m, ptop).within(a, b),
-            "nccl_count": sum_in_windows(k_start[is_nccl], np.ones(int(is_nccl.sum()), dtype=np.int64), a, b),
-            "nccl_ns": nccl.within(a, b),
-            # |NCCL - compute| = |kernels| - |compute|, since kernels = NCCL ∪ compute
-            "nccl_exposed_ns": kern.within(a, b) - compute.within(a, b),
-            **_time_partition(compute, nccl, copy_or_set, kern, busy, a, b),
-        }
-        for name, values in cols.items():
-            out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
+    if len(windows):
+        k_rows = _by_device(kernels, ["start", "end", "nameId"])
+        m_rows = _by_device(memcpys, ["start", "end", "bytes", "copyKind", "srcKind", "dstKind"])
+        s_rows = _by_device(memsets, ["start", "end"])
+        w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
+        for key, idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
+            cols = _device_metrics(w_start[idx], w_end[idx], k_rows(key), m_rows(key), s_rows(key), nccl_name_ids)
+            for name, values in cols.items():
+                out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
     frame = pd.DataFrame(out, index=windows.index) if out else pd.DataFrame(index=windows.index)
     if frame.empty and not len(windows):
         return frame
@@ -147,21 +147,72 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
     return frame
 
 
-def _time_partition(x: Coverage, n: Coverage, c: Coverage, xn: Coverage, xnc: Coverage,
-                    a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
-    """Venn regions of X (compute), N (NCCL), C (copies) in each window, by inclusion-exclusion.
+def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, nccl_name_ids: np.ndarray) -> dict:
+    """GPU metrics of one device's windows [a, b) from its kernel, memcpy and memset columns.
 
-    ``xn`` and ``xnc`` are the unions X ∪ N and X ∪ N ∪ C (already built by the caller).
+    Only the unions K (kernels), X (non-NCCL), N (NCCL), memcpys and memsets are built; every
+    overlap comes from :func:`intersection_within` and inclusion-exclusion, e.g. busy = |K| + |C| - |K ∩ C|.
     """
-    u_xn, u_xnc = xn.within(a, b), xnc.within(a, b)
-    u_xc, u_nc = Coverage.of(x, c).within(a, b), Coverage.of(n, c).within(a, b)
-    c_len = c.within(a, b)
+    ks, ke = k["start"], k["end"]
+    is_nccl = np.isin(k["nameId"], nccl_name_ids)
+    kern = Coverage(ks, ke)
+    nccl, compute = _masked(kern, ks, ke, is_nccl), _masked(kern, ks, ke, ~is_nccl)
+    ms, me, kind = m["start"], m["end"], m["copyKind"]
+    htod, dtoh, dtod, ptop = (kind == COPY_HTOD), (kind == COPY_DTOH), (kind == COPY_DTOD), (kind == COPY_PTOP)
+    copies, sets = Coverage(ms, me), Coverage(s["start"], s["end"])
+    htod_cov = _masked(copies, ms, me, htod)
+    copy_or_set = Coverage.of(copies, sets)
+    m_bytes, m_dur = m["bytes"], me - ms
+    src, dst = m["srcKind"], m["dstKind"]
+
+    def copy_sum(mask, values):
+        return sum_in_windows(ms[mask], values[mask], a, b)
+
+    ones_m = np.ones(len(ms), dtype=np.int64)
+    kernel_ns, copy_ns = kern.within(a, b), copy_or_set.within(a, b)
+    kernel_copy = intersection_within(kern, copy_or_set, a, b)
+    busy_ns = kernel_ns + copy_ns - kernel_copy
+    compute_ns = kernel_ns if compute is kern else compute.within(a, b)
+    nccl_ns = kernel_ns if nccl is kern else nccl.within(a, b)
+    compute_copy = kernel_copy if compute is kern else intersection_within(compute, copy_or_set, a, b)
+    nccl_copy = kernel_copy if nccl is kern else intersection_within(nccl, copy_or_set, a, b)
     return {
-        "time_compute_only_ns": u_xnc - u_nc,
-        "time_copy_hidden_ns": c_len - (u_xnc - u_xn),
-        "time_copy_exposed_ns": u_xnc - u_xn,
-        "time_nccl_overlapped_ns": u_xc + u_nc - c_len - u_xnc,
-        "time_nccl_exposed_ns": u_xnc - u_xc,
+        "window_ns": b - a,
+        "busy_ns": busy_ns,
+        "kernel_ns": kernel_ns,
+        "kernel_count": count_in_windows(ks, a, b),
+        "kernel_sum_ns": sum_in_windows(ks, ke - ks, a, b),
+        "memcpy_ns": copies.within(a, b),
+        "memcpy_hidden_ns": intersection_within(copies, kern, a, b),
+        "memset_ns": sets.within(a, b),
+        "htod_ns": htod_cov.within(a, b),
+        "htod_hidden_ns": intersection_within(htod_cov, kern, a, b),
+        "htod_count": copy_sum(htod, ones_m),
+        "htod_bytes": copy_sum(htod, m_bytes),
+        "htod_pageable_bytes": copy_sum(htod & (src == MEM_PAGEABLE), m_bytes),
+        "htod_pinned_bytes": copy_sum(htod & (src == MEM_PINNED), m_bytes),
+        "htod_pageable_ns": copy_sum(htod & (src == MEM_PAGEABLE), m_dur),
+        "htod_pinned_ns": copy_sum(htod & (src == MEM_PINNED), m_dur),
+        "dtoh_count": copy_sum(dtoh, ones_m),
+        "dtoh_bytes": copy_sum(dtoh, m_bytes),
+        "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
+        "dtoh_ns": _masked(copies, ms, me, dtoh).within(a, b),
+        "dtod_count": copy_sum(dtod, ones_m),
+        "dtod_bytes": copy_sum(dtod, m_bytes),
+        "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),
+        "ptop_count": copy_sum(ptop, ones_m),
+        "ptop_bytes": copy_sum(ptop, m_bytes),
+        "ptop_ns": _masked(copies, ms, me, ptop).within(a, b),
+        "nccl_count": count_in_windows(ks[is_nccl], a, b),
+        "nccl_ns": nccl_ns,
+        # |NCCL - compute| = |kernels| - |compute|, since kernels = NCCL ∪ compute
+        "nccl_exposed_ns": kernel_ns - compute_ns,
+        # Venn regions of X (compute), N (NCCL), C (copies and memsets); X ∪ N = K, X ∪ N ∪ C = busy
+        "time_compute_only_ns": busy_ns - (nccl_ns + copy_ns - nccl_copy),
+        "time_copy_hidden_ns": copy_ns - (busy_ns - kernel_ns),
+        "time_copy_exposed_ns": busy_ns - kernel_ns,
+        "time_nccl_overlapped_ns": (compute_ns + copy_ns - compute_copy) + (nccl_ns + copy_ns - nccl_copy) - copy_ns - busy_ns,
+        "time_nccl_exposed_ns": busy_ns - (compute_ns + copy_ns - compute_copy),
     }
 
 
@@ -170,12 +221,20 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataF
     """CPU-side metrics per window row: API call counts/ns and munmap, see the module docstring."""
     out = pd.DataFrame(index=windows.index)
     out["cpu_ns"] = (windows["cpu_end"] - windows["cpu_start"]).to_numpy()
-    for api in API_PATTERNS:
-        calls = api_calls[api_calls["api"] == api]
-        out[f"{api}_calls"] = _by_window_key(calls, windows)
-        out[f"{api}_ns"] = _by_window_key(calls, windows, (calls["end"] - calls["start"]).to_numpy())
-    out["munmap_count"] = _by_window_key(munmap, windows)
-    out["munmap_ns"] = _by_window_key(munmap, windows, (munmap["end"] - munmap["start"]).to_numpy())
+    api = pd.Categorical(api_calls["api"])
+    dur = (api_calls["end"] - api_calls["start"]).to_numpy()
+    columns = {}
+    for name in API_PATTERNS:
+        mask = api.codes == (api.categories.get_loc(name) if name in api.categories else -2)
+        columns[f"{name}_calls"] = (mask, None)
+        columns[f"{name}_ns"] = (mask, dur)
+    sums = _window_sums(windows, api_calls["globalTid"].to_numpy(), api_calls["start"].to_numpy(), columns)
+    for name, values in sums.items():
+        out[name] = values
+    mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(),
+                      {"munmap_count": (None, None), "munmap_ns": (None, (munmap["end"] - munmap["start"]).to_numpy())})
+    out["munmap_count"] = mm["munmap_count"]
+    out["munmap_ns"] = mm["munmap_ns"]
     out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, busy_by_device)
     return out
 
@@ -195,14 +254,16 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
         mm = _coverage(munmap, mine)
         a = windows["window_start"].to_numpy()[idx]
         b = windows["window_end"].to_numpy()[idx]
-        out[idx] = Coverage.of(mm, busy).within(a, b) - busy.within(a, b)  # |munmap - busy|
+        out[idx] = mm.within(a, b) - intersection_within(mm, busy, a, b)  # |munmap - busy|
     return out
 
 
 def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame) -> dict[tuple[int, int], Coverage]:
     """Union of all GPU work per (globalPid, deviceId)."""
-    work = pd.concat([f[["globalPid", "deviceId", "start", "end"]] for f in (kernels, memcpys, memsets)])
-    return {key: _coverage(g) for key, g in work.groupby(["globalPid", "deviceId"])}
+    parts = [_by_device(f, ["start", "end"]) for f in (kernels, memcpys, memsets)]
+    keys = sorted({key for f in (kernels, memcpys, memsets) if len(f)
+                   for key, _ in group_indices(f["globalPid"].to_numpy(), f["deviceId"].to_numpy())})
+    return {key: Coverage.of(*[Coverage(r["start"], r["end"]) for r in (rows(key) for rows in parts)]) for key in keys}
 
 
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
@@ -214,13 +275,14 @@ def window_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.Dat
                    nccl_name_ids: np.ndarray, api_calls: pd.DataFrame, munmap: pd.DataFrame) -> pd.DataFrame:
     """All metrics per window: the window's own columns, then GPU then CPU metrics."""
     gpu = gpu_metrics(windows, kernels, memcpys, memsets, nccl_name_ids)
-    cpu = cpu_metrics(windows, api_calls, munmap, busy_coverage(kernels, memcpys, memsets))
+    busy = busy_coverage(kernels, memcpys, memsets) if len(munmap) else {}  # only munmap needs it
+    cpu = cpu_metrics(windows, api_calls, munmap, busy)
     return pd.concat([windows, gpu, cpu], axis=1)
 
 
 SUMMARY_MEDIAN_COLUMNS = ["window_ns", "cpu_ns", "idle_fraction", "memcpy_kernel_overlap", "htod_kernel_overlap",
                           "nccl_share", "nccl_ns", "nccl_exposed_ns", "dtod_bytes", "dtod_ns", "htod_bytes",
-                          "htod_ns", "idle_ns", "munmap_gpu_idle_ns"]
+                          "htod_ns", "idle_ns", "munmap_gpu_idle_ns", "kernel_count", "nccl_count"]
 
 
 def step_medians(step_metrics: pd.DataFrame) -> pd.DataFrame:

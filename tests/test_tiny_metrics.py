@@ -23,21 +23,19 @@ def step_row(steps, step, device=0):
 def test_steps_are_detected_and_projected(analysis):
     steps = analysis.steps()
     assert analysis.info.step_family == "Batch {n}"
-    # GPU 0 windows: step start = first GPU work it launched; end = next step's start (last: own end)
+    # GPU 0 windows: completion to completion (the first step from its own first GPU work)
     assert [(r.window_start, r.window_end, r.closed) for r in steps[steps.deviceId == 0].itertuples()] == [
-        (700, 1650, True), (1650, 2500, True), (2500, 2700, False)]
+        (700, 950, False), (950, 1900, True), (1900, 2700, True)]
     # GPU 1 only got work from step 1
     gpu1 = steps[steps.deviceId == 1]
     assert [(r.step, r.window_start, r.window_end) for r in gpu1.itertuples()] == [(0, 900, 1000)]
     assert set(steps["globalTid"]) == {T}
 
 
-def test_step1_idle_copies_and_cpu(analysis):
+def test_step1_copies_and_cpu(analysis):
     s = step_row(analysis.steps(), 0)
-    assert s.window_ns == 950
-    assert s.busy_ns == 250            # [700, 950)
-    assert s.idle_ns == 700
-    assert s.idle_fraction == pytest.approx(700 / 950)
+    assert s.window_ns == 250          # [700, 950): its own GPU work
+    assert s.busy_ns == 250 and s.idle_ns == 0 and s.idle_fraction == 0.0
     assert s.kernel_ns == 150 and s.kernel_count == 2
     assert s.memcpy_ns == 100 and s.memcpy_hidden_ns == 0 and s.memcpy_kernel_overlap == 0.0
     assert s.htod_bytes == 1000 and s.htod_pageable_bytes == 1000 and s.htod_pinned_bytes == 0
@@ -45,21 +43,23 @@ def test_step1_idle_copies_and_cpu(analysis):
     assert s.launch_calls == 3
     assert s.cpu_ns == 1000
     assert s.munmap_count == 1 and s.munmap_ns == 40
-    assert s.munmap_gpu_idle_ns == 40  # [960, 1000) falls in GPU idle
+    assert s.munmap_gpu_idle_ns == 0   # [960, 1000) lies after this window
 
 
 def test_step2_overlap_nccl_dtod(analysis):
     s = step_row(analysis.steps(), 1)
-    assert s.window_ns == 850 and s.busy_ns == 250 and s.idle_ns == 600
+    assert s.window_ns == 950 and s.busy_ns == 250 and s.idle_ns == 700   # [950, 1900)
     assert s.memcpy_ns == 150 and s.memcpy_hidden_ns == 100
     assert s.memcpy_kernel_overlap == pytest.approx(100 / 150)
     assert s.htod_ns == 100 and s.htod_kernel_overlap == 1.0
     assert s.htod_pinned_bytes == 2000 and s.htod_pageable_bytes == 0
     assert s.nccl_count == 1 and s.nccl_ns == 100 and s.nccl_exposed_ns == 100
-    assert s.nccl_share == pytest.approx(100 / 850)
+    assert s.nccl_share == pytest.approx(100 / 950)
     assert (s.dtod_bytes, s.dtod_count, s.dtod_ns) == (4096, 1, 50)
     assert s.sync_wait_calls == 1
-    assert s.munmap_count == 1 and s.munmap_gpu_idle_ns == 0  # [1660,1700) is under a kernel
+    # in its CPU range: the munmap at [1660,1700), under a kernel; in its GPU window, the idle
+    # [960,1000) coincides with the munmap that step 1's CPU range made
+    assert s.munmap_count == 1 and s.munmap_gpu_idle_ns == 40
     # the time partition: X=[1650,1750) N=[1750,1850) C=[1700,1800)+[1850,1900)
     assert (s.time_compute_only_ns, s.time_copy_hidden_ns, s.time_copy_exposed_ns,
             s.time_nccl_overlapped_ns, s.time_nccl_exposed_ns) == (50, 100, 50, 0, 50)
@@ -67,7 +67,7 @@ def test_step2_overlap_nccl_dtod(analysis):
 
 def test_step3_nccl_partly_hidden(analysis):
     s = step_row(analysis.steps(), 2)
-    assert s.window_ns == 200 and s.idle_ns == 0
+    assert s.window_ns == 800 and s.idle_ns == 600   # [1900, 2700)
     assert s.nccl_ns == 150 and s.nccl_exposed_ns == 100
     assert s.time_nccl_overlapped_ns == 50 and s.time_compute_only_ns == 50 and s.time_nccl_exposed_ns == 100
     assert math.isnan(s.memcpy_kernel_overlap)  # no copy in the window
@@ -90,8 +90,8 @@ def test_whole_capture_per_process_and_device(analysis):
     q0 = s.loc[(gpid(Q), 0)]
     assert (q0.window_start, q0.window_end, q0.busy_ns) == (0, 500, 500)
     assert math.isnan(q0.steps)
-    # medians over closed steps (steps 1 and 2 on GPU 0)
-    assert p0.step_median_window_ns == (950 + 850) / 2
+    # medians over closed steps (steps 2 and 3 on GPU 0)
+    assert p0.step_median_window_ns == (950 + 800) / 2
     assert p0.steps == 3
 
 
@@ -130,4 +130,4 @@ def test_old_schema_export_meta_data_and_inline_nvtx_text(tmp_path):
         assert (a.info.nsys_version, a.info.schema_version) == ("2022.2.1.31", "2.7.1")
         assert a.info.step_family == "iteration {n}"
         steps = a.steps()
-    assert steps[["window_start", "window_end", "busy_ns"]].values.tolist() == [[20, 120, 40], [120, 160, 40]]
+    assert steps[["window_start", "window_end", "busy_ns"]].values.tolist() == [[20, 60, 40], [60, 160, 40]]

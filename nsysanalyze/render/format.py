@@ -78,7 +78,7 @@ def ms_number(ns) -> str:
 
 
 def step_name(step: dict) -> str:
-    """Step label; the open last step (its window ends at its own last GPU activity) is starred."""
+    """Step label; the open first step (its window starts at its own first GPU work) is starred."""
     return str(step.get("name", "")) + ("" if step.get("closed", True) else "*")
 
 
@@ -188,7 +188,7 @@ def partition_bars(report: dict) -> tuple[list[dict], bool]:
 
 
 def bar_label(row: dict, many_devices: bool, is_step: bool) -> str:
-    """'Batch 3', 'Batch 3 · GPU 1' (several devices), 'GPU 0' (whole capture); '*' marks an open (last) step."""
+    """'Batch 3', 'Batch 3 · GPU 1' (several devices), 'GPU 0' (whole capture); '*' marks an open (first) step."""
     dev = row.get("deviceId", row.get("device"))
     if not is_step:
         return f"GPU {dev}"

@@ -84,7 +84,7 @@ def figure(reports: list[dict]):
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncol=len(TIME_PARTITION) if width >= 12 else 3,
                fontsize=8, frameon=False, title_fontsize=8,
-               title="* last step: its window ends at its last GPU activity" if any_open else None)
+               title="* first step: its window starts at its own GPU work (what came before is not captured)" if any_open else None)
     return fig
 
 

@@ -41,7 +41,7 @@ def summary_table(report: dict) -> Table | None:
 def steps_table(report: dict) -> Table | None:
     if not report["steps"]:
         return None
-    table = Table(title="Per step (* last step: window ends at its last GPU activity)", title_justify="left")
+    table = Table(title="Per step (* first step: its window starts at its own GPU work; medians skip it)", title_justify="left")
     for i, (h, _, _) in enumerate(STEP_COLUMNS):
         table.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for s in report["steps"]:

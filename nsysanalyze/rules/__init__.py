@@ -17,7 +17,9 @@ class Evidence:
     """What the rules see for one (process, device).
 
     ``m`` holds per-step medians of every metric (over closed steps) when steps were found,
-    otherwise the whole-capture window's values; names and units as in ``metrics``.
+    except host<->device copy amounts, which are capture totals / steps (see
+    ``analysis.CAPTURE_COPY_TOTALS``); otherwise the whole-capture window's values. Names and
+    units as in ``metrics``.
     ``subranges`` maps a CPU sub-range name to (median ns per step, median share of the step).
     """
 

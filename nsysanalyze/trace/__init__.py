@@ -55,6 +55,28 @@ class Trace:
     def runtime(self) -> pd.DataFrame:
         return tables.runtime_calls(self.conn, self.schema)
 
+    def gpu_table(self, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """``kind`` ('kernels', 'memcpys', 'memsets') with only the named columns (default: all), id
+        columns as int32 where they fit (values as in the cached loaders); not cached."""
+        return getattr(tables, kind)(self.conn, self.schema, columns, compact=True)
+
+    def runtime_named(self, name_ids) -> pd.DataFrame:
+        """Runtime calls (as ``runtime``) whose nameId is among ``name_ids`` (filtered in SQL), correlationId
+        and nameId as int32 where they fit; not cached."""
+        return tables.runtime_calls(self.conn, self.schema, name_ids, compact=True)
+
+    def runtime_by_correlation(self, correlation_ids, exclude_name_ids=()) -> pd.DataFrame:
+        """Runtime calls with the given correlationIds, except those named by ``exclude_name_ids``; not cached."""
+        return tables.runtime_calls_by_correlation(self.conn, self.schema, correlation_ids, exclude_name_ids)
+
+    def api_names(self) -> dict[int, str]:
+        """StringIds id -> value of every string that can name a CUDA API (starts with 'cu')."""
+        return tables.strings_like(self.conn, self.schema, "cu%")
+
+    def kernel_on_stream(self, global_pid: int, device: int, stream: int) -> bool:
+        """Whether any kernel ran on this (process, device, stream)."""
+        return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
+
     @cached_property
     def runtime_names(self) -> dict[int, str]:
         """API name per runtime nameId, version suffix kept (e.g. ``cudaLaunchKernel_v7000``)."""

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Benchmark nsysanalyze against `nsys stats` and `nsys-ai diagnose` on the same exports.
+
+    python bench/run.py /work/bench_data/resnet18-1M.sqlite /work/bench_data/resnet18-10M.sqlite
+
+For each file, in one go: ``nsysanalyze diagnose --format json`` (on the file itself: it opens
+read-only), ``nsys stats -r cuda_gpu_kern_sum,cuda_gpu_mem_size_sum`` (nsys 2023.4 through
+../shared/tools/nsys-local.sh) and ``nsys-ai diagnose`` (from its own venv), the last two on a fresh
+copy each run because they write next to (nsys stats) or into (nsys-ai) their input. Every command
+runs under ``/usr/bin/time -f '%e %M'``: wall seconds and peak RSS. The file is read once first so
+every tool starts from a warm page cache; copying is not timed. Prints a markdown table with the
+ratios (tool / nsysanalyze) and writes the raw figures as JSON to bench/out/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NSYS_LOCAL = ROOT.parent / "shared" / "tools" / "nsys-local.sh"
+NSYS_AI = Path("/work/bench_venv/bin/nsys-ai")
+
+
+def timed(cmd: list[str], cwd: Path, timeout: float) -> dict:
+    """Run ``cmd`` under /usr/bin/time; wall seconds, peak RSS (MB), exit code, last stderr line."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        try:
+            proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *cmd], cwd=cwd,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"wall_s": None, "rss_mb": None, "rc": "timeout", "note": f"killed after {timeout:.0f} s"}
+        fields = (tf.read().strip().splitlines() or ["nan nan"])[-1].split()
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    return {"wall_s": float(fields[0]), "rss_mb": float(fields[1]) / 1024, "rc": proc.returncode,
+            "note": err[-1][:160] if proc.returncode and err else ""}
+
+
+def on_copy(src: Path, work: Path, cmd_of, timeout: float) -> dict:
+    """Copy ``src`` into a fresh ``work`` folder, run cmd_of(copy) there, remove everything after."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    try:
+        copy = work / src.name
+        shutil.copyfile(src, copy)
+        os.sync()
+        return timed(cmd_of(copy), work, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def gpu_activities(path: Path) -> int:
+    import sqlite3
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in
+               ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+
+
+def median_run(runs: list[dict]) -> dict:
+    ok = [r for r in runs if r["rc"] == 0]
+    if not ok:
+        return runs[-1]
+    return {"wall_s": statistics.median(r["wall_s"] for r in ok), "rss_mb": max(r["rss_mb"] for r in ok),
+            "rc": 0, "note": f"median of {len(ok)}" if len(ok) > 1 else "", "runs": [r["wall_s"] for r in ok]}
+
+
+def bench(path: Path, args) -> dict:
+    work = Path(args.work) / "bench-copy"
+    with path.open("rb") as f:  # warm the page cache for everyone
+        while f.read(1 << 24):
+            pass
+    out = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "gpu_activities": gpu_activities(path), "tools": {}}
+    nsa = shutil.which("nsysanalyze") or sys.executable
+    cmd = [nsa] if nsa != sys.executable else [sys.executable, "-m", "nsysanalyze"]
+    out["tools"]["nsysanalyze"] = median_run(
+        [timed([*cmd, "diagnose", "--format", "json", str(path)], ROOT, args.timeout) for _ in range(args.runs)])
+    if not args.skip_nsys_stats:
+        out["tools"]["nsys stats"] = median_run([on_copy(path, work, lambda p: [
+            "bash", str(NSYS_LOCAL), "nsys", "stats", "-r", "cuda_gpu_kern_sum,cuda_gpu_mem_size_sum", str(p)],
+            args.timeout) for _ in range(args.runs)])
+    if not args.skip_nsys_ai:
+        out["tools"]["nsys-ai diagnose"] = median_run([on_copy(path, work, lambda p: [
+            str(args.nsys_ai), "diagnose", str(p)], args.nsys_ai_timeout) for _ in range(args.nsys_ai_runs)])
+    return out
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| export | GPU activities | tool | wall (s) | peak RSS (MB) | wall vs nsysanalyze | RSS vs nsysanalyze |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for r in results:
+        base = r["tools"]["nsysanalyze"]
+        for tool, m in r["tools"].items():
+            if m["rc"] != 0:
+                lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['rc']} | - | - | - |")
+                continue
+            ratio = (f"{m['wall_s'] / base['wall_s']:.1f}x" if base.get("wall_s") else "-")
+            rss = (f"{m['rss_mb'] / base['rss_mb']:.1f}x" if base.get("rss_mb") else "-")
+            lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['wall_s']:.2f} | "
+                         f"{m['rss_mb']:.0f} | {ratio} | {rss} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--runs", type=int, default=3, help="runs of nsysanalyze and nsys stats (median wall, max RSS)")
+    ap.add_argument("--nsys-ai-runs", type=int, default=1)
+    ap.add_argument("--nsys-ai", type=Path, default=NSYS_AI, help="nsys-ai executable (its own venv)")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--nsys-ai-timeout", type=float, default=3600)
+    ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/work/bench_data"),
+                    help="folder for the copies the other tools run on")
+    ap.add_argument("--skip-nsys-stats", action="store_true")
+    ap.add_argument("--skip-nsys-ai", action="store_true")
+    args = ap.parse_args(argv)
+    results = []
+    for f in args.files:
+        began = time.time()
+        results.append(bench(f, args))
+        print(f"{f}: done in {time.time() - began:.0f} s", file=sys.stderr)
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+               "mem_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30}
+    out_dir = ROOT / "bench" / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out_dir / f"results-{stamp}.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Cross-rank view: pure functions over report dicts (``Analysis.to_dict()``), no SQL, no formatting.
+
+A *rank* is one (process, GPU) of one report: a file per rank (``-o run_%q{RANK}``) gives one
+rank per report, a file holding several processes (torchrun under one nsys) gives one per
+(process, device). Ranks are numbered in file order — by the number in the file name when every
+name carries a distinct one (``run_3.sqlite``) — then by process id and device.
+
+Per rank (times in ns): ``step_ns`` is the median GPU step time (the capture window when the trace
+has no steps), ``nccl_ns``/``nccl_exposed_ns`` NCCL kernel time per step (or in the capture),
+``start_utc_ns`` the first GPU activity on the UTC clock (session start + its offset), which aligns
+separate files; ``offset_ns`` is that start relative to the earliest rank.
+In synchronous data-parallel training every rank waits for the slowest inside its collectives,
+so the rank with the *least* NCCL time is usually the straggler.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+RANK_COLUMNS = ["rank", "label", "trace", "path", "globalPid", "pid", "deviceId", "steps", "scope", "step_ns",
+                "cpu_step_ns", "idle_fraction", "nccl_ns", "nccl_exposed_ns", "session_start_utc_ns",
+                "start_utc_ns", "offset_ns"]
+TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+def _file_order(reports: list[dict]) -> list[int]:
+    """Report indices in rank order: by the last number in the file names when each has a distinct one."""
+    numbers = [TRAILING_NUMBER.search(Path(r["trace"]["path"]).stem) for r in reports]
+    if all(numbers) and len({int(m.group(1)) for m in numbers}) == len(reports):
+        return sorted(range(len(reports)), key=lambda i: int(numbers[i].group(1)))
+    return list(range(len(reports)))
+
+
+def _value(device: dict, step_key: str, capture_key: str):
+    v = device.get(step_key)
+    return device.get(capture_key) if v is None else v
+
+
+def rank_table(reports: list[dict]) -> pd.DataFrame:
+    """One row per rank (see the module docstring for the columns)."""
+    rows = []
+    for i in _file_order(reports):
+        r = reports[i]
+        pids = {p["globalPid"]: p["pid"] for p in r["trace"]["processes"]}
+        session = r["trace"].get("session_start_utc_ns")
+        devices = sorted(r["summary"]["devices"], key=lambda d: (pids.get(d["globalPid"], d["globalPid"]), d["device"]))
+        for d in devices:
+            has_steps = bool(d.get("steps"))
+            rows.append({
+                "report": i, "trace": Path(r["trace"]["path"]).name, "path": r["trace"]["path"],
+                "globalPid": d["globalPid"], "pid": pids.get(d["globalPid"]), "deviceId": d["device"],
+                "steps": int(d.get("steps") or 0), "scope": "step median" if has_steps else "capture",
+                "step_ns": _value(d, "step_median_window_ns", "window_ns") if has_steps else d["window_ns"],
+                "cpu_step_ns": d.get("step_median_cpu_ns") if has_steps else None,
+                "idle_fraction": _value(d, "step_median_idle_fraction", "gpu_idle_fraction") if has_steps
+                else d.get("gpu_idle_fraction"),
+                "nccl_ns": _value(d, "step_median_nccl_ns", "nccl_ns") if has_steps else d.get("nccl_ns"),
+                "nccl_exposed_ns": _value(d, "step_median_nccl_exposed_ns", "nccl_exposed_ns") if has_steps
+                else d.get("nccl_exposed_ns"),
+                "session_start_utc_ns": session,
+                "start_utc_ns": None if session is None else session + d["window_start"],
+            })
+    frame = pd.DataFrame(rows, columns=["report"] + [c for c in RANK_COLUMNS if c not in ("rank", "label", "offset_ns")])
+    frame.insert(0, "rank", np.arange(len(frame)))
+    several_per_report = frame["report"].duplicated(keep=False)
+    frame.insert(1, "label", [
+        (f"{t} " if len(reports) > 1 else "") + (f"pid {p} GPU {d}" if many else f"GPU {d}" if len(reports) == 1 else "")
+        for t, p, d, many in zip(frame["trace"], frame["pid"], frame["deviceId"], several_per_report)])
+    frame["label"] = frame["label"].str.strip()
+    starts = pd.to_numeric(frame["start_utc_ns"], errors="coerce")
+    frame["offset_ns"] = (starts - starts.min()) if starts.notna().all() and len(frame) else None
+    return frame[RANK_COLUMNS + ["report"]]
+
+
+def step_table(reports: list[dict], ranks: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per step index closed on at least two ranks (a step whose window the capture cut is left out):
+    fastest/median/slowest GPU step time over the ranks, spread (slowest - fastest), the slowest rank,
+    and how far apart the ranks started the step on the UTC clock (when known)."""
+    ranks = rank_table(reports) if ranks is None else ranks
+    cols = ["step", "ranks", "min_ns", "median_ns", "max_ns", "spread_ns", "slowest_rank", "start_skew_ns"]
+    key = {(r.report, r.globalPid, r.deviceId): r.rank for r in ranks.itertuples()}
+    rows = [{"rank": key[(i, s["globalPid"], s["deviceId"])], "step": s["step"], "window_ns": s["window_ns"],
+             "start_utc_ns": (None if reports[i]["trace"].get("session_start_utc_ns") is None
+                              else reports[i]["trace"]["session_start_utc_ns"] + s["window_start"])}
+            for i, r in enumerate(reports) for s in r["steps"]
+            if (i, s["globalPid"], s["deviceId"]) in key and s.get("closed", True)]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    steps = pd.DataFrame(rows)
+    times = steps.pivot_table(index="step", columns="rank", values="window_ns", aggfunc="first")
+    times = times[times.notna().sum(axis=1) >= 2]
+    if times.empty:
+        return pd.DataFrame(columns=cols)
+    starts = steps.pivot_table(index="step", columns="rank", values="start_utc_ns", aggfunc="first").reindex(times.index)
+    out = pd.DataFrame({
+        "step": times.index.astype(int), "ranks": times.notna().sum(axis=1).astype(int),
+        "min_ns": times.min(axis=1), "median_ns": times.median(axis=1), "max_ns": times.max(axis=1),
+        "slowest_rank": times.idxmax(axis=1).astype(int),
+        "start_skew_ns": (starts.max(axis=1) - starts.min(axis=1)) if starts.notna().any().any() else np.nan,
+    }).reset_index(drop=True)
+    out["spread_ns"] = out["max_ns"] - out["min_ns"]
+    return out[cols]
+
+
+def _num(x):
+    """JSON-safe scalar: numpy → Python, NaN → None."""
+    if x is None:
+        return None
+    if isinstance(x, np.generic):
+        x = x.item()
+    return None if isinstance(x, float) and x != x else x
+
+
+def cross_rank(reports: list[dict]) -> dict:
+    """The cross-rank view as plain data: ``ranks`` (one dict per rank), ``steps`` (per step index),
+    and ``summary``: step time fastest/median/slowest, spread, slowest rank, NCCL imbalance and the
+    likely straggler with the reason."""
+    ranks = rank_table(reports)
+    steps = step_table(reports, ranks)
+    summary: dict = {"ranks": int(len(ranks))}
+    if len(ranks):
+        t = ranks["step_ns"].astype(float)
+        summary.update({
+            "scope": "step median" if (ranks["scope"] == "step median").all() else
+                     "capture" if (ranks["scope"] == "capture").all() else "mixed",
+            "step_ns_min": t.min(), "step_ns_median": t.median(), "step_ns_max": t.max(),
+            "spread_ns": t.max() - t.min(), "spread_fraction": (t.max() - t.min()) / t.median() if t.median() else None,
+            "slowest_rank": int(ranks.loc[t.idxmax(), "rank"]), "fastest_rank": int(ranks.loc[t.idxmin(), "rank"]),
+            "aligned": bool(ranks["offset_ns"].notna().all()),
+            "start_spread_ns": ranks["offset_ns"].max() if ranks["offset_ns"].notna().all() else None,
+        })
+        nccl = pd.to_numeric(ranks["nccl_ns"], errors="coerce").fillna(0).astype(float)
+        if nccl.max() > 0:
+            summary.update({"nccl_ns_min": nccl.min(), "nccl_ns_max": nccl.max(), "nccl_imbalance_ns": nccl.max() - nccl.min(),
+                            "least_nccl_rank": int(ranks.loc[nccl.idxmin(), "rank"])})
+        if nccl.max() > nccl.min():
+            summary.update({"likely_straggler": summary["least_nccl_rank"],
+                            "straggler_reason": "least NCCL time: the other ranks wait for it inside their collectives"})
+        elif len(ranks) > 1 and summary["spread_ns"] > 0:
+            summary.update({"likely_straggler": summary["slowest_rank"], "straggler_reason": "slowest step time"})
+        if len(steps):
+            summary["steps_compared"] = int(len(steps))
+            summary["step_spread_ns_median"] = steps["spread_ns"].median()
+            summary["slowest_rank_most_often"] = int(steps["slowest_rank"].mode().iloc[0])
+    return {
+        "summary": {k: _num(v) for k, v in summary.items()},
+        "ranks": [{k: _num(v) for k, v in row.items()} for row in ranks.drop(columns="report").to_dict("records")],
+        "steps": [{k: _num(v) for k, v in row.items()} for row in steps.to_dict("records")],
+    }
+
+
+def rank_count(report: dict) -> int:
+    """Ranks in one report: its (process, device) pairs with GPU work."""
+    return len(report["summary"]["devices"])
