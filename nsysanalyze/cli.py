@@ -22,7 +22,7 @@ from .render import ranks as ranks_render
 from .render import terminal as term_render
 
 FORMATS = click.Choice(["text", "json", "markdown"])
-EXAMPLE_TRACE = "resnet18_workers.sqlite"
+EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 
 
 def example_path() -> Path:
