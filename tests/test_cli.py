@@ -1,0 +1,44 @@
+"""The CLI as a user runs it: the bundled example, the three formats, several files."""
+import json
+import subprocess
+import sys
+
+from conftest import fixture_trace
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "nsysanalyze", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_example_is_a_real_trace_with_the_first_rung_of_the_ladder():
+    proc = run("diagnose", "--example", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["trace"]["nsys_version"] == "2023.4.4.54" and d["trace"]["step_family"] == "Batch {n}"
+    assert d["trace"]["devices"][0]["name"] == "NVIDIA H200"
+    assert [f["rule"] for f in d["findings"]] == ["dataloader-workers", "pin-memory"]
+
+
+def test_text_and_markdown_carry_findings_and_fixes():
+    text = run("diagnose", "--example")
+    md = run("diagnose", "--example", "--format", "markdown")
+    assert text.returncode == md.returncode == 0
+    for out in (text.stdout, md.stdout):
+        assert "dataloader-workers" in out and "num_workers=8" in out and "get batch" in out
+    assert md.stdout.startswith("## nsysanalyze:") and "| step |" in md.stdout
+
+
+def test_summary_and_steps_sections():
+    summary = run("summary", "--example", "--format", "markdown").stdout
+    steps = run("steps", "--example", "--format", "markdown").stdout
+    assert "### Summary" in summary and "### Steps" not in summary and "### Findings" not in summary
+    assert "### Steps" in steps and "Batch 11" in steps and "### Summary" not in steps
+
+
+def test_several_rank_files_give_a_cross_rank_view():
+    files = [fixture_trace(f"vit_l32_2gpu_ddp_{r}.sqlite") for r in (0, 1)]
+    proc = run("diagnose", "--format", "json", "--jobs", "2", *files)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert len(d["traces"]) == 2 and "ranks" in d
