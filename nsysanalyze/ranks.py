@@ -24,6 +24,8 @@ RANK_COLUMNS = ["rank", "label", "trace", "path", "globalPid", "pid", "deviceId"
                 "cpu_step_ns", "idle_fraction", "nccl_ns", "nccl_exposed_ns", "session_start_utc_ns",
                 "start_utc_ns", "offset_ns"]
 TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+# An imbalance (NCCL time, or step time) under this share of the median step is noise, not a straggler.
+STRAGGLER_MIN_SHARE = 0.02
 
 
 def _file_order(reports: list[dict]) -> list[int]:
@@ -117,7 +119,8 @@ def _num(x):
 def cross_rank(reports: list[dict]) -> dict:
     """The cross-rank view as plain data: ``ranks`` (one dict per rank), ``steps`` (per step index),
     and ``summary``: step time fastest/median/slowest, spread, slowest rank, NCCL imbalance and the
-    likely straggler with the reason."""
+    likely straggler with the reason (none when NCCL time and step time differ by less than
+    ``STRAGGLER_MIN_SHARE`` of the median step: the ranks are balanced)."""
     ranks = rank_table(reports)
     steps = step_table(reports, ranks)
     summary: dict = {"ranks": int(len(ranks))}
@@ -136,10 +139,11 @@ def cross_rank(reports: list[dict]) -> dict:
         if nccl.max() > 0:
             summary.update({"nccl_ns_min": nccl.min(), "nccl_ns_max": nccl.max(), "nccl_imbalance_ns": nccl.max() - nccl.min(),
                             "least_nccl_rank": int(ranks.loc[nccl.idxmin(), "rank"])})
-        if nccl.max() > nccl.min():
+        noise = STRAGGLER_MIN_SHARE * (t.median() if t.median() == t.median() else 0.0)
+        if nccl.max() - nccl.min() > noise:
             summary.update({"likely_straggler": summary["least_nccl_rank"],
                             "straggler_reason": "least NCCL time: the other ranks wait for it inside their collectives"})
-        elif len(ranks) > 1 and summary["spread_ns"] > 0:
+        elif len(ranks) > 1 and summary["spread_ns"] > noise:
             summary.update({"likely_straggler": summary["slowest_rank"], "straggler_reason": "slowest step time"})
         if len(steps):
             summary["steps_compared"] = int(len(steps))

@@ -5,6 +5,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..ranks import STRAGGLER_MIN_SHARE
 from .format import count, ms, pct
 
 MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread first
@@ -42,6 +43,8 @@ def verdict(view: dict) -> list[str]:
                      f"(imbalance {ms(s['nccl_imbalance_ns'])}); least on rank {s['least_nccl_rank']}.")
     if s.get("likely_straggler") is not None:
         lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}).")
+    elif s.get("ranks", 0) > 1:
+        lines.append(f"No straggler: step and NCCL times differ by less than {STRAGGLER_MIN_SHARE:.0%} of the step.")
     if s.get("steps_compared"):
         lines.append(f"{s['steps_compared']} steps compared across ranks: median per-step spread "
                      f"{ms(s['step_spread_ns_median'])}; rank {s['slowest_rank_most_often']} is slowest most often.")
