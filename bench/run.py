@@ -9,7 +9,8 @@ read-only), ``nsys stats -r cuda_gpu_kern_sum,cuda_gpu_mem_size_sum`` (nsys 2023
 copy each run because they write next to (nsys stats) or into (nsys-ai) their input. Every command
 runs under ``/usr/bin/time -f '%e %M'``: wall seconds and peak RSS. The file is read once first so
 every tool starts from a warm page cache; copying is not timed. Prints a markdown table with the
-ratios (tool / nsysanalyze) and writes the raw figures as JSON to bench/out/.
+ratios (tool / nsysanalyze) and writes the raw figures as JSON to bench/out/ (after each file).
+``--tools`` picks a subset (nsys-ai takes minutes from 1M activities on).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,13 +35,17 @@ NSYS_AI = Path("/work/bench_venv/bin/nsys-ai")
 def timed(cmd: list[str], cwd: Path, timeout: float) -> dict:
     """Run ``cmd`` under /usr/bin/time; wall seconds, peak RSS (MB), exit code, last stderr line."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        # its own process group, so a timeout stops the tool itself, not only /usr/bin/time
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *cmd], cwd=cwd,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *cmd], cwd=cwd,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+            _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             return {"wall_s": None, "rss_mb": None, "rc": "timeout", "note": f"killed after {timeout:.0f} s"}
         fields = (tf.read().strip().splitlines() or ["nan nan"])[-1].split()
-    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    err = [line for line in stderr.splitlines() if line.strip()]
     return {"wall_s": float(fields[0]), "rss_mb": float(fields[1]) / 1024, "rc": proc.returncode,
             "note": err[-1][:160] if proc.returncode and err else ""}
 
@@ -82,13 +88,14 @@ def bench(path: Path, args) -> dict:
     out = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "gpu_activities": gpu_activities(path), "tools": {}}
     nsa = shutil.which("nsysanalyze") or sys.executable
     cmd = [nsa] if nsa != sys.executable else [sys.executable, "-m", "nsysanalyze"]
-    out["tools"]["nsysanalyze"] = median_run(
-        [timed([*cmd, "diagnose", "--format", "json", str(path)], ROOT, args.timeout) for _ in range(args.runs)])
-    if not args.skip_nsys_stats:
+    if "nsysanalyze" in args.tools:
+        out["tools"]["nsysanalyze"] = median_run(
+            [timed([*cmd, "diagnose", "--format", "json", str(path)], ROOT, args.timeout) for _ in range(args.runs)])
+    if "nsys-stats" in args.tools:
         out["tools"]["nsys stats"] = median_run([on_copy(path, work, lambda p: [
             "bash", str(NSYS_LOCAL), "nsys", "stats", "-r", "cuda_gpu_kern_sum,cuda_gpu_mem_size_sum", str(p)],
             args.timeout) for _ in range(args.runs)])
-    if not args.skip_nsys_ai:
+    if "nsys-ai" in args.tools:
         out["tools"]["nsys-ai diagnose"] = median_run([on_copy(path, work, lambda p: [
             str(args.nsys_ai), "diagnose", str(p)], args.nsys_ai_timeout) for _ in range(args.nsys_ai_runs)])
     return out
@@ -98,12 +105,12 @@ def table(results: list[dict]) -> str:
     lines = ["| export | GPU activities | tool | wall (s) | peak RSS (MB) | wall vs nsysanalyze | RSS vs nsysanalyze |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for r in results:
-        base = r["tools"]["nsysanalyze"]
+        base = r["tools"].get("nsysanalyze", {})
         for tool, m in r["tools"].items():
             if m["rc"] != 0:
                 lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['rc']} | - | - | - |")
                 continue
-            ratio = (f"{m['wall_s'] / base['wall_s']:.1f}x" if base.get("wall_s") else "-")
+            ratio = f"{m['wall_s'] / base['wall_s']:.1f}x" if base.get("wall_s") else "-"
             rss = (f"{m['rss_mb'] / base['rss_mb']:.1f}x" if base.get("rss_mb") else "-")
             lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['wall_s']:.2f} | "
                          f"{m['rss_mb']:.0f} | {ratio} | {rss} |")
@@ -120,20 +127,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nsys-ai-timeout", type=float, default=3600)
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/work/bench_data"),
                     help="folder for the copies the other tools run on")
-    ap.add_argument("--skip-nsys-stats", action="store_true")
-    ap.add_argument("--skip-nsys-ai", action="store_true")
+    ap.add_argument("--tools", default="nsysanalyze,nsys-stats,nsys-ai",
+                    help="comma-separated subset of nsysanalyze, nsys-stats, nsys-ai")
     args = ap.parse_args(argv)
-    results = []
-    for f in args.files:
-        began = time.time()
-        results.append(bench(f, args))
-        print(f"{f}: done in {time.time() - began:.0f} s", file=sys.stderr)
+    args.tools = set(args.tools.split(","))
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
                "mem_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30}
     out_dir = ROOT / "bench" / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out_dir / f"results-{stamp}.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    saved = out_dir / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    results = []
+    for f in args.files:
+        began = time.time()
+        results.append(bench(f, args))
+        saved.write_text(json.dumps({"machine": machine, "results": results}, indent=2))  # after each file
+        print(f"{f}: done in {time.time() - began:.0f} s", file=sys.stderr)
     print(table(results))
 
 

@@ -160,10 +160,11 @@ def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, mon
 
 # ---------------------------------------------------------------- deliberately simple references
 def reference_projection(steps: pd.DataFrame, runtime: pd.DataFrame, activities: pd.DataFrame) -> pd.DataFrame:
-    """gpu_start/gpu_end per (step row, device) by a plain merge: call in a step on its thread -> activity."""
+    """gpu_start/gpu_end per (step row, device) by a plain merge: a call inside a step's CPU range, on any
+    thread of the step's process -> the activities with its correlationId in that process."""
     calls = runtime.assign(globalPid=pid_of(runtime["globalTid"]))
-    calls = calls.merge(steps.reset_index().rename(columns={"index": "step_row", "globalPid": "stepPid"}),
-                        on="globalTid")
+    calls = calls.merge(steps.reset_index().rename(columns={"index": "step_row", "globalTid": "stepTid"}),
+                        on="globalPid")
     calls = calls[(calls["start"] >= calls["cpu_start"]) & (calls["start"] <= calls["cpu_end"])]
     calls = calls.drop_duplicates(["globalPid", "correlationId"])
     work = activities.merge(calls[["globalPid", "correlationId", "step_row"]], on=["globalPid", "correlationId"])
@@ -213,9 +214,11 @@ def test_gpu_metrics_match_elementary_segments(rel):
     pd.testing.assert_frame_equal(got[want.columns].astype(np.int64), want.astype(np.int64))
 
 
-@pytest.mark.parametrize("rel", ["h200/resnet18-baseline-nvtx.sqlite", "public/nsightful__power_iteration__baseline.sqlite"])
-def test_projection_matches_a_plain_merge(rel):
-    with Analysis(shared_trace(rel)) as a:
+@pytest.mark.parametrize("rel,step_range", [("h200/resnet18-baseline-nvtx.sqlite", None),
+                                            ("public/nsightful__power_iteration__baseline.sqlite", None),
+                                            ("public/nsys-ai__mfu_2gpu_after.sqlite", "^ncclGroupEnd$")])
+def test_projection_matches_a_plain_merge(rel, step_range):
+    with Analysis(shared_trace(rel), step_range=step_range) as a:
         t = a.trace
         steps = a._step_ranges[0]
         acts = S.gpu_activities(t.kernels, t.memcpys, t.memsets)
