@@ -124,11 +124,6 @@ class Analysis:
                 windows = S.project_steps(ranges, parts, self._gpu_parts)
         return windows, parts
 
-    @property
-    def _runtime_parts(self) -> list[pd.DataFrame]:
-        """The runtime calls loaded (see _projection); the first frame holds the classified calls."""
-        return self._projection[1] if self._projects_steps else [self._runtime_classified]
-
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
         self._step_ranges, self._api_names  # noqa: B018 (small: read first, in this thread)

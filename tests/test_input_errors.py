@@ -6,7 +6,6 @@ import sqlite3
 import subprocess
 import sys
 
-import pytest
 
 from conftest import shared_trace
 

@@ -78,11 +78,6 @@ class Trace:
         return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
 
     @cached_property
-    def runtime_names(self) -> dict[int, str]:
-        """API name per runtime nameId, version suffix kept (e.g. ``cudaLaunchKernel_v7000``)."""
-        return self.strings(np.unique(self.runtime["nameId"].to_numpy()))
-
-    @cached_property
     def nvtx(self) -> pd.DataFrame:
         return tables.nvtx_ranges(self.conn, self.schema)
 

@@ -47,10 +47,6 @@ class Schema:
         flags = self.capture.get("PROCESS_0:COLLECT_NVTX_TRACE", [])
         return "true" in flags or "NvtxEvents" in self.capture.get("CAPTURE_EVENT_TYPE", [])
 
-    @property
-    def osrt_trace_requested(self) -> bool:
-        return "OSRuntime" in self.capture.get("CAPTURE_EVENT_TYPE", [])
-
 
 def _name_value_table(conn: sqlite3.Connection, table: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
