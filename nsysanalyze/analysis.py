@@ -244,7 +244,7 @@ class Analysis:
         return out
 
     def _facts(self) -> dict[str, float]:
-        """Trace-wide facts the rules use (process/device counts, NCCL NVTX ranges)."""
+        """Trace-wide facts the rules use (process/device counts, NCCL NVTX ranges, OSRT captured or not)."""
         keys = self._capture_windows  # one row per (process, device) with GPU work
         nvtx = self.trace.nvtx
         return {
@@ -252,6 +252,7 @@ class Analysis:
             "gpu_devices": float(len(keys)),
             "physical_devices": float(keys["deviceId"].nunique()),
             "nccl_nvtx_ranges": float((nvtx["domain"] == "NCCL").sum()) if not nvtx.empty else 0.0,
+            "osrt_captured": float(self.trace.schema.has("OSRT_API")),
         }
 
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:

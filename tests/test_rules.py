@@ -85,3 +85,11 @@ def test_launch_bound():
 ])
 def test_quiet_when_nothing_matches(m):
     assert rules(ev(**m)) == []
+
+
+def test_pin_memory_shows_munmap_evidence_only_when_osrt_was_captured():
+    m = dict(htod_bytes=1e8, htod_pageable_bytes=1e8, htod_pageable_ns=10 * MS, htod_ns=10 * MS)
+    (without,) = diagnose([ev(facts={"osrt_captured": 0.0}, **m)])
+    (with_osrt,) = diagnose([ev(facts={"osrt_captured": 1.0}, **m)])
+    assert "munmap_count" not in without.evidence
+    assert with_osrt.evidence["munmap_count"] == 0

@@ -60,9 +60,10 @@ def pin_memory(ev: Evidence) -> Finding | None:
         return None
     evidence = {"htod_pageable_bytes": ev.get("htod_pageable_bytes"), "htod_pageable_share": share,
                 "htod_pageable_ns": copy_ns, "sync_copy_calls": ev.get("sync_copy_calls"),
-                "sync_wait_calls": ev.get("sync_wait_calls"), "munmap_count": ev.get("munmap_count"),
-                "munmap_ns": ev.get("munmap_ns"), "munmap_gpu_idle_ns": idle_mm,
-                "gpu_idle_fraction": ev.get("idle_fraction")}
+                "sync_wait_calls": ev.get("sync_wait_calls"), "gpu_idle_fraction": ev.get("idle_fraction")}
+    if ev.facts.get("osrt_captured", 1.0):  # without OS runtime data there is no munmap evidence either way
+        evidence.update({"munmap_count": ev.get("munmap_count"), "munmap_ns": ev.get("munmap_ns"),
+                         "munmap_gpu_idle_ns": idle_mm})
     title = f"{share:.0%} of host-to-device bytes come from pageable memory (synchronous copies)"
     if idle_mm > 0:
         title += f"; GPU idles {idle_mm / 1e6:.1f} ms during munmap after them"
