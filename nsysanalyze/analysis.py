@@ -229,8 +229,7 @@ class Analysis:
             pid, dev = int(row["globalPid"]), int(row["deviceId"])
             mine = steps[(steps["globalPid"] == pid) & (steps["deviceId"] == dev)] if not steps.empty else steps
             if not mine.empty:
-                use = mine[mine["closed"]] if mine["closed"].any() else mine
-                m = use.select_dtypes("number").median().to_dict()
+                m = M.steady_steps(mine).select_dtypes("number").median().to_dict()
                 m.update(copies_per_step(row, len(mine)))
                 scope = "step median"
             else:

@@ -101,8 +101,12 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
                                   on_done=lambda _p: progress.advance(task))
 
 
+STEP_RANGE = click.option("--step-range", metavar="REGEX",
+                          help="NVTX range name regex that marks a step (default: auto).")
+
+
 def common_options(f):
-    f = click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")(f)
+    f = STEP_RANGE(f)
     f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
     return click.argument("files", nargs=-1)(f)
@@ -195,7 +199,7 @@ def _gate_names_epilog() -> str:
 @click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
               help="Exit 1 when this gate trips, e.g. 'step_time>+5%' (repeatable).")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
-@click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")
+@STEP_RANGE
 @click.pass_context
 def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
@@ -227,7 +231,7 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @cli.command("plot")
 @click.argument("files", nargs=-1, required=True)
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
-@click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")
+@STEP_RANGE
 def plot_cmd(files, out, step_range):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
@@ -246,7 +250,7 @@ def plot_cmd(files, out, step_range):
 @click.argument("file")
 @click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
-@click.option("--step-range", metavar="REGEX", help="NVTX range name regex that marks a step (default: auto).")
+@STEP_RANGE
 def report_cmd(file, baseline, out, step_range):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare

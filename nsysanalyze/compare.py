@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from .metrics import steady_steps
+
 NS, BYTES, COUNT, FRACTION = "ns", "bytes", "count", "fraction"
 
 
@@ -140,18 +142,9 @@ def parse_gate(expr: str) -> Gate:
 
 # ---- per-trace values ---------------------------------------------------------------------
 
-def _steps_used(steps: pd.DataFrame) -> pd.DataFrame:
-    """Closed steps of each (process, device) that has any; all of its steps otherwise."""
-    if steps.empty or "closed" not in steps:
-        return steps
-    closed = steps["closed"].astype(bool)
-    any_closed = closed.groupby([steps["globalPid"], steps["deviceId"]]).transform("any")
-    return steps[closed | ~any_closed]
-
-
 def metric_values(report: dict) -> pd.DataFrame:
     """Index: metric name; columns ``step`` (median over steps, NaN without steps) and ``whole``."""
-    steps = _steps_used(pd.DataFrame(report.get("steps") or []))
+    steps = steady_steps(pd.DataFrame(report.get("steps") or []))
     devices = pd.DataFrame(report["summary"]["devices"])
     rows = {}
     for m in METRICS:

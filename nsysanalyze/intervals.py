@@ -87,11 +87,6 @@ class Coverage:
         return np.maximum(self.covered_before(b) - self.covered_before(a), 0)
 
 
-def overlap_within(x: Coverage, y: Coverage, xy: Coverage, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|x ∩ y| inside each window [a, b), given ``xy`` = the union of x and y."""
-    return x.within(a, b) + y.within(a, b) - xy.within(a, b)
-
-
 def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """|x ∩ y| inside each window [a, b), without building x ∪ y.
 

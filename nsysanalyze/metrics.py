@@ -285,12 +285,20 @@ SUMMARY_MEDIAN_COLUMNS = ["window_ns", "cpu_ns", "idle_fraction", "memcpy_kernel
                           "htod_ns", "idle_ns", "munmap_gpu_idle_ns", "kernel_count", "nccl_count"]
 
 
+def steady_steps(step_metrics: pd.DataFrame) -> pd.DataFrame:
+    """The closed steps of each (globalPid, deviceId) that has any; all of its steps otherwise."""
+    if step_metrics.empty or "closed" not in step_metrics:
+        return step_metrics
+    closed = step_metrics["closed"].astype(bool)
+    any_closed = closed.groupby([step_metrics["globalPid"], step_metrics["deviceId"]]).transform("any")
+    return step_metrics[closed | ~any_closed]
+
+
 def step_medians(step_metrics: pd.DataFrame) -> pd.DataFrame:
-    """Median per (globalPid, deviceId) over closed steps (all steps when none is closed)."""
+    """Median per (globalPid, deviceId) over its steady steps (see :func:`steady_steps`)."""
     if step_metrics.empty:
         return pd.DataFrame(columns=["globalPid", "deviceId", "steps"])
-    closed = step_metrics.groupby(["globalPid", "deviceId"])["closed"].transform("any")
-    use = step_metrics[step_metrics["closed"] | ~closed]
+    use = steady_steps(step_metrics)
     med = use.groupby(["globalPid", "deviceId"])[SUMMARY_MEDIAN_COLUMNS].median()
     med.columns = [f"step_median_{c}" for c in med.columns]
     med.insert(0, "steps", step_metrics.groupby(["globalPid", "deviceId"]).size())

@@ -132,12 +132,6 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
     return out
 
 
-def gpu_activities(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame) -> pd.DataFrame:
-    """All GPU work (start, end, deviceId, correlationId, globalPid) of the three activity tables."""
-    cols = ["start", "end", "deviceId", "correlationId", "globalPid"]
-    return pd.concat([kernels[cols], memcpys[cols], memsets[cols]], ignore_index=True)
-
-
 Frames = "pd.DataFrame | Sequence[pd.DataFrame]"
 # Runtime/driver APIs that can put work on a GPU (kernels, copies, memsets): the calls step projection needs.
 LAUNCHES_GPU_WORK = re.compile(r"^cu(da)?(Launch|Graph\w*Launch|Memcpy|Memset|MemPrefetch)")

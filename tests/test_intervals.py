@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysanalyze.intervals import Coverage, overlap_within, sum_in_windows, union
+from nsysanalyze.intervals import Coverage, intersection_within, sum_in_windows, union
 
 SPAN = 200
 intervals = st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 40)), max_size=25).map(
@@ -38,7 +38,7 @@ def test_overlap_and_union_of_coverages(x, y, win):
     cx, cy = Coverage(*x), Coverage(*y)
     cxy = Coverage.of(cx, cy)
     assert (cxy.within(*win) == covered(mx | my, lo, *win)).all()
-    assert (overlap_within(cx, cy, cxy, *win) == covered(mx & my, lo, *win)).all()
+    assert (intersection_within(cx, cy, *win) == covered(mx & my, lo, *win)).all()
 
 
 def test_union_merges_touching_and_nested():

@@ -221,7 +221,8 @@ def test_projection_matches_a_plain_merge(rel, step_range):
     with Analysis(shared_trace(rel), step_range=step_range) as a:
         t = a.trace
         steps = a._step_ranges[0]
-        acts = S.gpu_activities(t.kernels, t.memcpys, t.memsets)
+        cols = ["start", "end", "deviceId", "correlationId", "globalPid"]
+        acts = pd.concat([f[cols] for f in (t.kernels, t.memcpys, t.memsets)], ignore_index=True)
         got = S.project_steps(steps, t.runtime, [t.kernels, t.memcpys, t.memsets])
         want = reference_projection(steps, t.runtime, acts)
     assert len(got) == len(want) > 0
