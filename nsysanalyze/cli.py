@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import sys
 from importlib import resources
 from pathlib import Path
@@ -20,7 +21,9 @@ from .outputs import atomic_output, check_output
 from .render import json as json_render
 from .render import markdown as md_render
 from .render import ranks as ranks_render
+from .render.sanitize import printable
 from .render import terminal as term_render
+from .trace.open import stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
@@ -53,10 +56,15 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     paths = [example_path()] if example else []
     for f in files:
         p = Path(f)
-        if p.is_dir():
-            inside = sorted(p.glob("*.sqlite"))
+        if stat.S_ISDIR(stat_input(p).st_mode):
+            try:
+                inside = sorted(p / n for n in os.listdir(p) if n.endswith(".sqlite") and not n.startswith("."))
+            except OSError as e:
+                raise InputError(f"{p}: cannot list this directory ({e.strerror})") from None
             if not inside:
                 raise InputError(f"{p}: is a directory with no .sqlite exports in it")
+            for q in inside:
+                stat_input(q)  # a FIFO or device among them: refused now, never opened
             paths += inside
         else:
             paths.append(p)
@@ -176,6 +184,7 @@ def load_report(path: str, step_range: str | None) -> dict:
         return analyze(path, step_range)
     import json
 
+    stat_input(path)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -288,10 +297,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("nsysanalyze: aborted", err=True)
         rc = 130
     except click.UsageError as e:
-        click.echo(f"nsysanalyze: error: {e.format_message()} (see --help)", err=True)
+        click.echo(f"nsysanalyze: error: {printable(e.format_message())} (see --help)", err=True)
         rc = 2
     except InputError as e:
-        click.echo(f"nsysanalyze: error: {e}", err=True)
+        click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
         rc = 2
     except BrokenPipeError:
         sys.stderr.close()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..outputs import atomic_output, check_output
-from .open import connect_readonly
+from .open import connect_readonly, stat_input
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(%%)?=")
 # An absolute POSIX path's directory part, or a Windows one (C:\dir\), up to the last separator.
@@ -64,8 +64,7 @@ def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) 
     link) and, unless ``force``, must not exist (outputs.check_output).
     """
     src_p = Path(src)
-    if not src_p.is_file():
-        raise InputError(f"{src_p}: no such file")
+    stat_input(src_p)
     dst_p = check_output(dst, [src_p], force)
     source = connect_readonly(src_p)
     scratch = dst_p.with_name(f".{dst_p.name}.redact-scratch")

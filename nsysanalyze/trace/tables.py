@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .open import readonly_connection
 from .schema import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, Schema
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -87,10 +88,10 @@ def _parse_ints(text: bytes | None, n: int) -> np.ndarray | None:
 
 def _reader(conn: sqlite3.Connection) -> sqlite3.Connection | None:
     """Another read-only connection to the same file (for a reader thread), or None for in-memory databases."""
-    row = next((r for r in conn.execute("PRAGMA database_list") if r[1] == "main"), None)
-    if not row or not row[2]:
+    row = conn.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
+    if not row or not row[0]:
         return None
-    return sqlite3.connect(Path(row[2]).as_uri() + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
+    return readonly_connection(os.fsdecode(row[0]))
 
 
 def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str = "1",

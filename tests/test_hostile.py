@@ -1,0 +1,142 @@
+"""Hostile-input suite: special files, unreadable paths, odd file names, pending writes, impersonating views.
+
+Every case runs the CLI in a subprocess as a user would, with a timeout (a hang fails the test), and
+expects one line on stderr and exit code 2 — or, for odd but valid names, a normal analysis.
+Inputs are ``tiny_path`` (a synthetic unit-test trace on the real nsys schema, conftest.py) or the
+real trace bundled with the package.
+"""
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsysanalyze.cli import example_path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 60
+
+
+def run_cli(*args, prefix=(), **kw):
+    """The CLI in a subprocess (``args`` may be bytes: file names that are not UTF-8)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([*prefix, sys.executable, "-m", "nsysanalyze", *args], capture_output=True,
+                          timeout=TIMEOUT, env=env, **kw)
+
+
+def one_line_error(proc) -> str:
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith("nsysanalyze: error:"), err
+    return err
+
+
+@pytest.fixture
+def fifo(tmp_path) -> Path:
+    p = tmp_path / "pipe.sqlite"
+    os.mkfifo(p)
+    return p
+
+
+@pytest.mark.parametrize("command", ["summary", "diagnose", "steps"])
+def test_fifo_input_is_refused_at_once(command, fifo):
+    assert "is a FIFO" in one_line_error(run_cli(command, str(fifo)))
+
+
+def test_fifo_inside_a_directory_is_refused_at_once(fifo, tiny_path):
+    assert "is a FIFO" in one_line_error(run_cli("diagnose", "--jobs", "2", str(fifo.parent)))
+
+
+def test_fifo_as_saved_report_and_rep(tmp_path, tiny_path):
+    report, rep = tmp_path / "r.json", tmp_path / "r.nsys-rep"
+    os.mkfifo(report)
+    os.mkfifo(rep)
+    assert "is a FIFO" in one_line_error(run_cli("compare", str(report), str(tiny_path)))
+    assert "is a FIFO" in one_line_error(run_cli("summary", str(rep)))
+    assert "is a FIFO" in one_line_error(run_cli("redact", str(report), str(tmp_path / "o.sqlite")))
+
+
+def test_devices_and_sockets_are_refused(tmp_path):
+    sock_path = tmp_path / "s.sqlite"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock_path))
+        assert "is a socket" in one_line_error(run_cli("summary", str(sock_path)))
+    assert "is a character device" in one_line_error(run_cli("summary", os.devnull))
+    assert "is a character device" in one_line_error(run_cli("summary", "/dev/zero"))
+
+
+def test_unreadable_path_component(tmp_path, tiny_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    shutil.copyfile(tiny_path, locked / "t.sqlite")
+    locked.chmod(0)
+    # root ignores permissions unless it drops its capabilities (setpriv, util-linux)
+    prefix = ()
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root without setpriv: permissions are not enforced")
+        prefix = ("setpriv", "--inh-caps=-all", "--bounding-set=-all", "--ambient-caps=-all")
+    try:
+        for target in (locked / "t.sqlite", locked):
+            assert "Permission denied" in one_line_error(run_cli("summary", str(target), prefix=prefix))
+    finally:
+        locked.chmod(0o755)
+
+
+def test_name_too_long_and_link_loop(tmp_path):
+    assert "too long" in one_line_error(run_cli("summary", str(tmp_path / ("x" * 300 + ".sqlite"))))
+    (tmp_path / "a.sqlite").symlink_to(tmp_path / "b.sqlite")
+    (tmp_path / "b.sqlite").symlink_to(tmp_path / "a.sqlite")
+    assert "symbolic links" in one_line_error(run_cli("summary", str(tmp_path / "a.sqlite")))
+
+
+def test_non_utf8_file_name_is_analyzed(tmp_path):
+    name = os.fsencode(tmp_path) + b"/run-\xff\xfe.sqlite"
+    shutil.copyfile(example_path(), name)
+    proc = run_cli(b"summary", b"--format", b"json", name)
+    assert proc.returncode == 0, proc.stderr
+    assert b"run-" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["a\nb.sqlite", "a\rb\x1b]0;owned\x07\x1b[2J.sqlite"])
+def test_control_characters_in_a_path_stay_on_one_line(name, tmp_path):
+    line = one_line_error(run_cli("summary", str(tmp_path / name)))
+    assert "\x1b" not in line and "\r" not in line and "\x07" not in line
+    assert ("a\\nb" in line) if "\n" in name else ("\\x1b]0;owned\\x07" in line)
+
+
+def test_write_ahead_log_with_changes_is_refused(tiny_path):
+    con = sqlite3.connect(tiny_path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    con.commit()
+    try:
+        assert Path(f"{tiny_path}-wal").stat().st_size > 32
+        assert "write-ahead log" in one_line_error(run_cli("summary", str(tiny_path)))
+    finally:
+        con.close()
+    assert run_cli("summary", str(tiny_path)).returncode == 0  # checkpointed on close: the log is gone
+
+
+def test_hot_journal_is_refused(tiny_path):
+    """A writer killed inside a transaction leaves a hot journal (the child spills pages, then dies)."""
+    script = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA cache_size=1'); "
+              "c.execute('BEGIN'); c.execute(\"UPDATE StringIds SET value = value || printf('%0500d', 0)\"); "
+              "os._exit(0)")
+    subprocess.run([sys.executable, "-c", script, str(tiny_path)], check=True, timeout=TIMEOUT)
+    assert Path(f"{tiny_path}-journal").exists()
+    assert "hot journal" in one_line_error(run_cli("summary", str(tiny_path)))
+
+
+def test_view_named_like_an_nsys_table_is_reported(tiny_path):
+    con = sqlite3.connect(tiny_path)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO kernels_backup")
+    con.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM kernels_backup")
+    con.commit()
+    con.close()
+    assert "CUPTI_ACTIVITY_KIND_KERNEL is a view" in one_line_error(run_cli("summary", str(tiny_path)))
