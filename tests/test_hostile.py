@@ -6,6 +6,7 @@ Inputs are ``tiny_path`` (a synthetic unit-test trace on the real nsys schema, c
 real trace bundled with the package.
 """
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -14,8 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile import MARKDOWN_PAYLOAD, TERMINAL_PAYLOAD, hostile_copy
+from markdown_it import MarkdownIt
 
 from nsysanalyze.cli import example_path
+from nsysanalyze.render.sanitize import code_span, markdown_text, printable
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 60
@@ -140,3 +144,84 @@ def test_view_named_like_an_nsys_table_is_reported(tiny_path):
     con.commit()
     con.close()
     assert "CUPTI_ACTIVITY_KIND_KERNEL is a view" in one_line_error(run_cli("summary", str(tiny_path)))
+
+
+# --- hostile strings: trace names reach the terminal and PR comments as inert text ---
+
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # all but newline
+
+
+@pytest.fixture(scope="module")
+def hostile_trace(tmp_path_factory):
+    """The bundled real trace with terminal and markdown payloads in NVTX, kernel and process names
+    and in the file name."""
+    payload = TERMINAL_PAYLOAD + MARKDOWN_PAYLOAD
+    return hostile_copy(example_path(), tmp_path_factory.mktemp("hostile"), payload, payload, payload,
+                        name="run\x1b]0;t\x07 # [x](e.example) @me.sqlite")
+
+
+@pytest.mark.parametrize("command", ["diagnose", "summary", "steps"])
+def test_trace_strings_cannot_drive_the_terminal(command, hostile_trace):
+    proc = run_cli(command, str(hostile_trace))
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr
+    assert not CONTROL.search(out), repr(CONTROL.search(out))
+    assert "\\x1b]0;pwned\\x07" in out or command == "summary"  # shown, not obeyed (steps carry the NVTX name)
+    assert "\\x1b]0;t\\x07" in out                                  # the file name too
+
+
+def markdown_tokens(text: str) -> list:
+    md = MarkdownIt("commonmark").enable("table")
+    flat = []
+    for tok in md.parse(text):
+        flat += [tok, *(tok.children or [])]
+    return flat
+
+
+def test_markdown_output_renders_trace_strings_literally(hostile_trace):
+    proc = run_cli("diagnose", "--format", "markdown", str(hostile_trace))
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr
+    assert not CONTROL.search(out)
+    tokens = markdown_tokens(out)
+    kinds = {t.type for t in tokens}
+    assert not kinds & {"link_open", "image", "html_inline", "html_block", "em_open"}, kinds
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings[0].startswith("nsysanalyze: ") and all(
+        h.startswith("nsysanalyze: ") or h in ("Summary", "Steps", "Findings") for h in headings), headings
+    text = "".join(t.content for t in tokens if t.type == "text")  # outside code spans (never linked)
+    assert "@octocat" not in text and "@\u200boctocat" in text        # no mention
+    assert "://evil" not in text and ":\u200b//evil" in text           # no autolink
+    assert "$x^2$" not in out                                          # no math
+    assert "[link](http:\u200b//evil.example)" in text and "`code`" in text  # shown as written
+    widths, row = [], 0
+    for t in tokens:  # every table row has its header's cell count: pipes in names stay in their cell
+        if t.type == "tr_open":
+            row = 0
+        elif t.type in ("th_open", "td_open"):
+            row += 1
+        elif t.type == "tr_close":
+            widths.append(row)
+        elif t.type == "table_close":
+            assert len(set(widths)) == 1, widths
+            widths = []
+
+
+def test_compare_and_ranks_markdown_are_literal(hostile_trace, tmp_path):
+    other = tmp_path / "other.sqlite"
+    shutil.copyfile(hostile_trace, other)
+    for args in (["compare", str(hostile_trace), str(other), "--format", "markdown"],
+                 ["diagnose", "--jobs", "1", str(hostile_trace), str(other), "--format", "markdown"]):
+        proc = run_cli(*args)
+        out = proc.stdout.decode()
+        assert proc.returncode == 0, proc.stderr
+        assert not CONTROL.search(out)
+        assert not {t.type for t in markdown_tokens(out)} & {"link_open", "image", "html_inline", "html_block"}
+    text = run_cli("compare", str(hostile_trace), str(other)).stdout.decode()
+    assert not CONTROL.search(text) and "\\x1b]0;t\\x07" in text
+
+
+def test_sanitizer_units():
+    assert printable("a\nb\x1b[2J\x9b\u202e\udcff") == "a\\nb\\x1b[2J\\x9b\\u202e\\xff"
+    assert markdown_text("# [a](b) @me `c` x_y") == "\\# \\[a\\](b) @\u200bme \\`c\\` x\\_y"
+    assert code_span("a`b") == "``a`b``" and code_span("`a") == "`` `a ``"

@@ -27,3 +27,50 @@ def _escape(m: re.Match) -> str:
 def printable(text: object) -> str:
     """``text`` as one line of inert characters (see the module docstring)."""
     return UNPRINTABLE.sub(_escape, str(text))
+
+
+# Markdown syntax a trace string could use to inject headings, emphasis, links, images, HTML, math or
+# code (pipes are escaped by the table writers; parentheses mean nothing once '[' is escaped).
+MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]<>#!~&$])")
+# Autolinks and @-mentions are not undone by a backslash: a zero-width space breaks them.
+AUTOLINK = re.compile(r"(@|://|www\.)", re.I)
+ZWSP = "\u200b"
+# Report/comparison keys whose values the markdown renderers put in code spans or compare as words.
+MARKDOWN_VERBATIM = frozenset({"path", "step_family", "snippet", "rule", "severity", "base_severity", "unit", "kind",
+                               "gate_scope", "scope", "metric"})
+
+
+def markdown_text(text: object) -> str:
+    """``text`` as inert markdown: printable, markdown syntax backslash-escaped, links and mentions broken."""
+    escaped = MARKDOWN_SYNTAX.sub(r"\\\1", printable(text))
+    return AUTOLINK.sub(lambda m: m.group()[0] + ZWSP + m.group()[1:], escaped)
+
+
+def code_span(text: object) -> str:
+    """``text`` as a markdown code span (a fence longer than any backtick run inside; printable)."""
+    body = printable(text)
+    fence = "`" * (1 + max((len(run) for run in re.findall("`+", body)), default=0))
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def for_text(doc):
+    """A copy of a report/comparison/rank view with every string printable (text renderers)."""
+    return _map_strings(doc, printable, printable, frozenset())
+
+
+def for_markdown(doc, verbatim: frozenset[str] = MARKDOWN_VERBATIM):
+    """A copy with every string as inert markdown, except the values of ``verbatim`` keys (only
+    printable: the renderer puts them in code spans or compares them)."""
+    return _map_strings(doc, markdown_text, printable, verbatim)
+
+
+def _map_strings(doc, fn, verbatim_fn, verbatim: frozenset[str]):
+    if isinstance(doc, str):
+        return fn(doc)
+    if isinstance(doc, dict):
+        return {k: (verbatim_fn(v) if isinstance(v, str) and k in verbatim else
+                    _map_strings(v, fn, verbatim_fn, verbatim)) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_map_strings(v, fn, verbatim_fn, verbatim) for v in doc]
+    return doc
