@@ -5,6 +5,7 @@ expects one line on stderr and exit code 2 — or, for odd but valid names, a no
 Inputs are ``tiny_path`` (a synthetic unit-test trace on the real nsys schema, conftest.py) or the
 real trace bundled with the package.
 """
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from hostile import MARKDOWN_PAYLOAD, TERMINAL_PAYLOAD, hostile_copy
 from markdown_it import MarkdownIt
+from tiny import TinyTrace
 
 from nsysanalyze.cli import example_path
 from nsysanalyze.render.sanitize import code_span, markdown_text, printable
@@ -225,3 +227,44 @@ def test_sanitizer_units():
     assert printable("a\nb\x1b[2J\x9b\u202e\udcff") == "a\\nb\\x1b[2J\\x9b\\u202e\\xff"
     assert markdown_text("# [a](b) @me `c` x_y") == "\\# \\[a\\](b) @\u200bme \\`c\\` x\\_y"
     assert code_span("a`b") == "``a`b``" and code_span("`a") == "`` `a ``"
+
+
+# --- values: gate numbers are bounded floats; int64 sums never wrap silently ---
+
+@pytest.mark.parametrize("expr", ["step_time>1e999ms", "step_time>1e99999999ms", "step_time>+1e99999999%",
+                                  "step_time>" + "9" * 400 + "ms", "step_time>-1e19ns", "htod_bytes>1e30GB"])
+def test_absurd_gate_values_are_one_line(expr, tiny_path):
+    line = one_line_error(run_cli("compare", str(tiny_path), str(tiny_path), "--fail-on", expr))
+    assert "out of range" in line
+
+
+def test_large_but_sane_gate_values_work(tiny_path):
+    proc = run_cli("compare", str(tiny_path), str(tiny_path), "--fail-on", "step_time>1e6s", "--fail-on",
+                   "htod_bytes<1e-3B")
+    assert proc.returncode == 1 and b"TRIPPED" in proc.stdout  # 1 kB is not below 0.001 B: tripped
+
+
+def int64_edge_trace(path: Path, **memcpy) -> Path:
+    """A synthetic unit-test trace (real nsys schema) with one process, one kernel and two HtoD copies."""
+    t = TinyTrace(path)
+    t.process(100)
+    t.kernel(0, 1000, 1, 100)
+    for corr in (2, 3):
+        t.memcpy(**{"start": 100, "end": 200, "corr": corr, "pid": 100, "nbytes": 1000, "copy_kind": 1, **memcpy})
+    return t.close()
+
+
+@pytest.mark.parametrize("memcpy, why", [({"nbytes": 1 << 62}, "byte counts add up"),
+                                         ({"start": -(1 << 63) + 1}, "timestamps beyond"),
+                                         ({"end": (1 << 63) - 1}, "timestamps beyond")])
+def test_values_that_would_wrap_int64_sums_are_refused(memcpy, why, tmp_path):
+    p = int64_edge_trace(tmp_path / "edge.sqlite", **memcpy)
+    assert why in one_line_error(run_cli("summary", "--format", "json", str(p)))
+
+
+def test_largest_exact_sums_are_computed(tmp_path):
+    p = int64_edge_trace(tmp_path / "edge.sqlite", nbytes=(1 << 61) - 1)
+    proc = run_cli("summary", "--format", "json", str(p))
+    assert proc.returncode == 0, proc.stderr
+    device = json.loads(proc.stdout)["summary"]["devices"][0]
+    assert device["htod_bytes"] == 2 * ((1 << 61) - 1)
