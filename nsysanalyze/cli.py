@@ -4,7 +4,6 @@ Exit codes: 0 success, 1 a ``compare --fail-on`` gate tripped, 2 bad input or us
 """
 from __future__ import annotations
 
-import os
 import sqlite3
 import stat
 import sys
@@ -15,7 +14,7 @@ import click
 from rich.console import Console
 
 from . import batch, ranks
-from .analysis import Analysis
+from .analysis import report as analyze
 from .errors import InputError
 from .outputs import atomic_output, check_output
 from .render import json as json_render
@@ -32,23 +31,6 @@ EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 def example_path() -> Path:
     """The real trace bundled with the package (made by this project's training_workloads)."""
     return Path(str(resources.files("nsysanalyze") / "data" / EXAMPLE_TRACE))
-
-
-def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
-    """Run the whole pipeline on one file; any failure becomes a one-line InputError naming the file."""
-    try:
-        with Analysis(path, step_range=step_range) as a:
-            return a.to_dict()
-    except InputError:
-        raise
-    except sqlite3.DatabaseError as e:
-        raise InputError(f"{path}: corrupted or unreadable SQLite export ({e})") from None
-    except MemoryError:
-        raise InputError(f"{path}: out of memory while analyzing") from None
-    except Exception as e:  # never a traceback for a bad file; NSYSANALYZE_DEBUG=1 shows it
-        if os.environ.get("NSYSANALYZE_DEBUG"):
-            raise
-        raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
 
 
 def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:

@@ -349,6 +349,13 @@ def string_ids_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> n
                     dtype=np.int64)
 
 
+def any_string_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> bool:
+    """Whether any StringIds value matches the SQL LIKE ``pattern`` (kernel, API and range names live there)."""
+    if not schema.has("StringIds", "value"):
+        return False
+    return conn.execute("SELECT 1 FROM StringIds WHERE value LIKE ? LIMIT 1", (pattern,)).fetchone() is not None
+
+
 def strings_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> dict[int, str]:
     """StringIds id -> value for values matching a SQL LIKE pattern (ASCII case-insensitive)."""
     if not schema.has("StringIds", "id", "value"):
@@ -409,16 +416,16 @@ def nvtx_event_type_counts(conn: sqlite3.Connection, schema: Schema) -> dict[int
     return {int(t): int(n) for t, n in conn.execute(f"SELECT eventType, count(*) FROM {NVTX} GROUP BY eventType")}
 
 
-def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...]) -> pd.DataFrame:
-    """OS runtime calls with the given names (e.g. munmap): start, end, globalTid, name."""
+def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None) -> pd.DataFrame:
+    """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name."""
     columns = ["start", "end", "globalTid", "name"]
     if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
         return pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
-    marks = ",".join("?" * len(names))
+    named = "" if names is None else f"o.nameId IN (SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})) AND "
     rows = conn.execute(
         f"SELECT o.start, o.\"end\", o.globalTid, s.value FROM {OSRT} o JOIN StringIds s ON s.id = o.nameId "
-        f"WHERE o.nameId IN (SELECT id FROM StringIds WHERE value IN ({marks})) AND o.\"end\" IS NOT NULL",
-        names,
+        f"WHERE {named}o.\"end\" IS NOT NULL",
+        names or (),
     ).fetchall()
     df = pd.DataFrame(rows, columns=columns)
     return df.astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
