@@ -4,6 +4,7 @@ Exit codes: 0 success, 1 a ``compare --fail-on`` gate tripped, 2 bad input or us
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 import sys

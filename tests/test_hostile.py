@@ -164,7 +164,7 @@ def hostile_trace(tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["diagnose", "summary", "steps"])
 def test_trace_strings_cannot_drive_the_terminal(command, hostile_trace):
-    proc = run_cli(command, str(hostile_trace))
+    proc = run_cli(command, "--step-range", "Batch", str(hostile_trace))
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr
     assert not CONTROL.search(out), repr(CONTROL.search(out))
@@ -181,7 +181,7 @@ def markdown_tokens(text: str) -> list:
 
 
 def test_markdown_output_renders_trace_strings_literally(hostile_trace):
-    proc = run_cli("diagnose", "--format", "markdown", str(hostile_trace))
+    proc = run_cli("diagnose", "--format", "markdown", "--step-range", "Batch", str(hostile_trace))
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr
     assert not CONTROL.search(out)
@@ -196,6 +196,8 @@ def test_markdown_output_renders_trace_strings_literally(hostile_trace):
     assert "://evil" not in text and ":\u200b//evil" in text           # no autolink
     assert "$x^2$" not in out                                          # no math
     assert "[link](http:\u200b//evil.example)" in text and "`code`" in text  # shown as written
+    snippet = out.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "DataLoader(" in snippet and "\\n" not in snippet  # the fixes' code snippets stay code
     widths, row = [], 0
     for t in tokens:  # every table row has its header's cell count: pipes in names stay in their cell
         if t.type == "tr_open":
