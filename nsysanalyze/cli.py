@@ -162,22 +162,12 @@ def redact_cmd(src, dst, force):
 
 
 def load_report(path: str, step_range: str | None) -> dict:
-    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json)."""
+    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json, checked)."""
     if not str(path).endswith(".json"):
         return analyze(path, step_range)
-    import json
+    from .saved_report import read_report
 
-    stat_input(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise InputError(f"{path}: not a JSON report ({e})") from None
-    if not isinstance(doc, dict) or not {"format_version", "trace", "summary", "steps", "findings"} <= doc.keys():
-        raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE)")
-    return doc
+    return read_report(path)
 
 
 def _gate_names_epilog() -> str:

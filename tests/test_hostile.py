@@ -20,7 +20,7 @@ from hostile import MARKDOWN_PAYLOAD, TERMINAL_PAYLOAD, hostile_copy
 from markdown_it import MarkdownIt
 from tiny import TinyTrace
 
-from nsysanalyze.cli import example_path
+from nsysanalyze.cli import example_path, main
 from nsysanalyze.render.sanitize import code_span, markdown_text, printable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,3 +270,71 @@ def test_largest_exact_sums_are_computed(tmp_path):
     assert proc.returncode == 0, proc.stderr
     device = json.loads(proc.stdout)["summary"]["devices"][0]
     assert device["htod_bytes"] == 2 * ((1 << 61) - 1)
+
+
+# --- saved JSON reports given to compare, plot and report ---
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """The saved JSON report of the bundled real trace."""
+    path = tmp_path_factory.mktemp("saved") / "good.json"
+    proc = run_cli("diagnose", "--example", "--format", "json")
+    assert proc.returncode == 0
+    path.write_bytes(proc.stdout)
+    return path
+
+
+def _edited(doc: dict, edit: str) -> object:
+    d = json.loads(json.dumps(doc))
+    exec(edit, {"d": d})
+    return d.get("_doc", d)
+
+
+MALFORMED = [  # (python edit of the report d, words of the message); d["_doc"] replaces the whole document
+    ("d['_doc'] = []", "expected an object"),
+    ("d['_doc'] = None", "expected an object"),
+    ("del d['trace']", "trace: missing"),
+    ("d['trace'] = 'x'", "trace: expected an object"),
+    ("del d['trace']['path']", "trace.path: missing"),
+    ("d['trace']['processes'] = {}", "trace.processes: expected a list"),
+    ("d['trace']['devices'][0]['deviceId'] = '0'", "trace.devices[0].deviceId: expected an integer"),
+    ("d['summary']['devices'][0]['window_end'] = None", "window_end: expected a finite number"),
+    ("d['summary']['devices'][0]['idle_ns'] = 'lots'", "idle_ns: expected a finite number"),
+    ("del d['summary']['devices'][0]['window_ns']", "window_ns: missing"),
+    ("d['steps'][0]['window_ns'] = [1]", "steps[0].window_ns: expected a finite number, got a list"),
+    ("d['steps'][0]['name'] = 3", "steps[0].name: expected a string"),
+    ("d['steps'] = 'none'", "steps: expected a list"),
+    ("d['findings'][0]['severity'] = 'urgent'", "severity: expected one of"),
+    ("d['findings'][0]['evidence'] = []", "evidence: expected an object"),
+    ("d['findings'][0]['gain_pct'] = True", "gain_pct: expected a finite number, got a boolean"),
+    ("d['notes'] = [1]", "notes[0]: expected a string"),
+    ("d['format_version'] = '1'", "format_version: expected an integer"),
+]
+
+
+@pytest.mark.parametrize("edit, words", MALFORMED)
+def test_malformed_saved_report_is_one_line(edit, words, saved, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_edited(json.loads(saved.read_text()), edit)))
+    for argv in (["compare", bad, saved], ["plot", saved, bad, "-o", tmp_path / "p.png"],
+                 ["report", saved, "--baseline", bad, "-o", tmp_path / "r.html"]):
+        with pytest.raises(SystemExit) as e:  # in-process: anything but SystemExit fails the test
+            main([str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert words in err and "not a single-trace nsysanalyze JSON report" in err
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": NaN', "\xff\xfe", '{"format_version": 1e999}'])
+def test_unparsable_saved_report_is_one_line(text, saved, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(text.encode("latin-1"))
+    one_line_error(run_cli("compare", str(bad), str(saved)))
+
+
+def test_saved_reports_of_real_traces_are_accepted(saved, tmp_path):
+    from nsysanalyze.saved_report import read_report
+
+    assert read_report(saved)["trace"]["path"]
+    proc = run_cli("compare", str(saved), str(saved), "--fail-on", "step_time>+5%")
+    assert proc.returncode == 0, proc.stderr
