@@ -9,10 +9,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -338,3 +340,104 @@ def test_saved_reports_of_real_traces_are_accepted(saved, tmp_path):
     assert read_report(saved)["trace"]["path"]
     proc = run_cli("compare", str(saved), str(saved), "--fail-on", "step_time>+5%")
     assert proc.returncode == 0, proc.stderr
+
+
+# --- diagnose --jobs workers never outlive the parent; a dead worker is one line naming its file ---
+
+@pytest.fixture(scope="module")
+def slow_exports(tmp_path_factory) -> list[Path]:
+    """Two synthetic unit-test exports (real nsys schema) with 1M kernels each: seconds of work per worker."""
+    folder = tmp_path_factory.mktemp("slow")
+    t = TinyTrace(folder / "rank0.sqlite")
+    t.process(100)
+    t.kernel(0, 10, 1, 100)
+    cols = [r[1] for r in t.conn.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)") if r[3]]
+    values = {"start": "i * 20", "end": "i * 20 + 10", "correlationId": "i + 1", "globalPid": str(100 << 24),
+              "streamId": "7", "demangledName": "1", "shortName": "1", "contextId": "1"}
+    names = sorted(set(cols) | set(values))
+    t.conn.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({', '.join(map(repr, names))}) "
+                   "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) "
+                   f"SELECT {', '.join(values.get(c, '0') for c in names)} FROM n")
+    first = t.close()
+    second = folder / "rank1.sqlite"
+    shutil.copyfile(first, second)
+    return [first, second]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _open_export(pid: int) -> str | None:
+    """The .sqlite file a process has open, if any."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return None
+    return next((link for link in links if link.endswith(".sqlite")), None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _busy_workers(slow_exports):
+    """Start diagnose --jobs 2 on the slow exports; return (process, {worker pid: file it has open})."""
+    proc = subprocess.Popen([sys.executable, "-m", "nsysanalyze", "diagnose", "--jobs", "2", *map(str, slow_exports)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        busy = {w: f for w in _children(proc.pid) if (f := _open_export(w))}
+        if len(busy) == 2:
+            return proc, busy
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the workers did not start")
+
+
+def _gone(pids, within_s=10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_sigterm_kills_the_workers_and_exits_143(slow_exports):
+    proc, busy = _busy_workers(slow_exports)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=TIMEOUT) == 143
+    assert b"Traceback" not in proc.stderr.read()
+    assert _gone(busy)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_workers_exit_when_the_parent_is_killed(slow_exports):
+    proc, busy = _busy_workers(slow_exports)
+    proc.kill()
+    proc.wait(timeout=TIMEOUT)
+    assert _gone(busy, within_s=5)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_dead_worker_is_one_line_naming_its_file(slow_exports):
+    proc, busy = _busy_workers(slow_exports)
+    victim, its_file = next(iter(busy.items()))
+    os.kill(victim, signal.SIGKILL)  # as the OOM killer does
+    assert proc.wait(timeout=TIMEOUT) == 2
+    err = proc.stderr.read().decode()
+    assert err.count("\n") == 1 and err.startswith("nsysanalyze: error:"), err
+    assert its_file in err and "killed by signal 9" in err
+    assert _gone(busy)
