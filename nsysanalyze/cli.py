@@ -23,7 +23,7 @@ from .render import markdown as md_render
 from .render import ranks as ranks_render
 from .render.sanitize import printable
 from .render import terminal as term_render
-from .trace.open import stat_input
+from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
@@ -97,8 +97,18 @@ STEP_RANGE = click.option("--step-range", metavar="REGEX",
                           help="NVTX range name regex that marks a step (default: auto).")
 
 
+def _set_nsys_timeout(ctx, param, value):
+    if value is not None:  # through the environment, so --jobs workers see it too
+        os.environ[NSYS_TIMEOUT_ENV] = repr(value)
+
+
+NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                            envvar=NSYS_TIMEOUT_ENV, callback=_set_nsys_timeout, expose_value=False,
+                            help=f"Longest a .nsys-rep export by nsys may take (default {NSYS_TIMEOUT_S:g}).")
+
+
 def common_options(f):
-    f = STEP_RANGE(f)
+    f = NSYS_TIMEOUT(STEP_RANGE(f))
     f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
     return click.argument("files", nargs=-1)(f)
@@ -187,6 +197,7 @@ def _gate_names_epilog() -> str:
               help="Exit 1 when this gate trips, e.g. 'step_time>+5%' (repeatable).")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @STEP_RANGE
+@NSYS_TIMEOUT
 @click.pass_context
 def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
@@ -220,6 +231,7 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
 @FORCE
 @STEP_RANGE
+@NSYS_TIMEOUT
 def plot_cmd(files, out, force, step_range):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
@@ -244,6 +256,7 @@ def plot_cmd(files, out, force, step_range):
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
 @FORCE
 @STEP_RANGE
+@NSYS_TIMEOUT
 def report_cmd(file, baseline, out, force, step_range):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare

@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 60
 
 
-def run_cli(*args, prefix=(), **kw):
+def run_cli(*args, prefix=(), env_extra=None, **kw):
     """The CLI in a subprocess (``args`` may be bytes: file names that are not UTF-8)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
     return subprocess.run([*prefix, sys.executable, "-m", "nsysanalyze", *args], capture_output=True,
                           timeout=TIMEOUT, env=env, **kw)
 
@@ -441,3 +441,89 @@ def test_a_dead_worker_is_one_line_naming_its_file(slow_exports):
     assert err.count("\n") == 1 and err.startswith("nsysanalyze: error:"), err
     assert its_file in err and "killed by signal 9" in err
     assert _gone(busy)
+
+
+# --- .nsys-rep: private temp export, validated, cached by content; timeout; `--`; one-line failures ---
+# A stand-in `nsys` on PATH (a shell script) plays each behaviour; its arguments are
+# export --type sqlite --force-overwrite true -o OUT -- IN  ($7 = OUT, $8 = "--", $9 = IN).
+
+def fake_nsys(tmp_path: Path, body: str) -> dict:
+    """An environment whose PATH starts with an `nsys` running ``body``, and a private export cache."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    script = bindir / "nsys"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path}/nsys-calls"\n{body}\n')
+    script.chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def rep_naming(tmp_path: Path, source: Path, name: str = "run.nsys-rep") -> Path:
+    """A .nsys-rep whose content names the real export the stand-in nsys copies (padded to 4 kB)."""
+    rep = tmp_path / name
+    rep.write_text(str(source).ljust(4096))
+    return rep
+
+
+COPY_NAMED = 'cp "$(tr -d " " < "$9")" "$7"'
+
+
+def cached(tmp_path: Path) -> list[str]:
+    return sorted(os.listdir(tmp_path / "cache" / "nsysanalyze"))
+
+
+def test_nsys_rep_export_is_private_validated_and_keyed_by_content(tmp_path):
+    env = fake_nsys(tmp_path, COPY_NAMED)
+    rep = rep_naming(tmp_path, example_path())
+    first = run_cli("summary", "--format", "json", str(rep), env_extra=env)
+    assert first.returncode == 0, first.stderr
+    calls = (tmp_path / "nsys-calls").read_text().split()
+    out, dashdash, arg = calls[6], calls[7], calls[8]
+    assert dashdash == "--" and arg == str(rep.resolve())          # file names never read as options
+    assert Path(out).parent == tmp_path / "cache" / "nsysanalyze" and Path(out).name.startswith(".run.")
+    assert cached(tmp_path) == [next(iter(cached(tmp_path)))] and cached(tmp_path)[0].startswith("run-")
+    again = run_cli("summary", "--format", "json", str(rep), env_extra=env)
+    assert again.stdout == first.stdout and len((tmp_path / "nsys-calls").read_text().splitlines()) == 1  # reused
+    # the same size and mtime but other content: exported again, not the stale export
+    other = tmp_path / "other.sqlite"
+    int64_edge_trace(other)
+    st = rep.stat()
+    rep_naming(tmp_path, other)
+    os.utime(rep, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert rep.stat().st_size == st.st_size
+    changed = run_cli("summary", "--format", "json", str(rep), env_extra=env)
+    assert changed.returncode == 0 and changed.stdout != first.stdout
+    assert len(cached(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("body, words", [
+    ("echo garbage > \"$7\"", "did not produce an SQLite export"),
+    ("exit 0", "did not produce an SQLite export (empty file)"),
+    (f"cp {ROOT}/tests/data/nsys_schema.sql \"$7\"", "did not produce an SQLite export"),
+    ("printf 'Loading...\\n\\033[31mERROR: unsupported report version\\033[0m\\nbye\\n' >&2; exit 3",
+     "failed (exit 3): \\x1b[31mERROR: unsupported report version"),
+])
+def test_bad_nsys_export_is_one_line_and_never_cached(body, words, tmp_path):
+    env = fake_nsys(tmp_path, body)
+    rep = rep_naming(tmp_path, example_path())
+    assert words in one_line_error(run_cli("summary", str(rep), env_extra=env))
+    assert cached(tmp_path) == []  # no partial or garbage file kept
+    good = fake_nsys(tmp_path, COPY_NAMED)
+    assert run_cli("summary", str(rep), env_extra=good).returncode == 0  # and the next run exports afresh
+
+
+def test_hanging_nsys_is_killed_after_the_timeout(tmp_path):
+    env = fake_nsys(tmp_path, f'sleep 300 & echo $! > "{tmp_path}/child"; wait')
+    rep = rep_naming(tmp_path, example_path())
+    began = time.monotonic()
+    line = one_line_error(run_cli("summary", "--nsys-timeout", "1", str(rep), env_extra=env))
+    assert "did not finish in 1 s (--nsys-timeout)" in line and time.monotonic() - began < 30
+    assert _gone([int((tmp_path / "child").read_text())], within_s=5)  # its whole process group is gone
+    assert cached(tmp_path) == []
+
+
+def test_rep_named_like_an_option_reaches_nsys_as_a_file(tmp_path, monkeypatch):
+    env = fake_nsys(tmp_path, COPY_NAMED)
+    rep_naming(tmp_path, example_path(), name="-o.nsys-rep")
+    proc = run_cli("summary", "--", "-o.nsys-rep", env_extra=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "nsys-calls").read_text().split()[7:] == ["--", str(tmp_path / "-o.nsys-rep")]
