@@ -34,9 +34,9 @@ STEP_WORD = re.compile(r"step|batch|iter|train", re.IGNORECASE)
 NOT_A_STEP = re.compile(r"epoch", re.IGNORECASE)
 # Framework annotations of ops, functions and layers (never loop iterations): C++ scoped names
 # (aten::add, ExecutorDispatch::compile), autograd's emit_nvtx payloads (op_id, seq =, sizes =),
-# dict/JSON payloads (DLProf's {'traceMarker': ...}), ONNX/TensorRT layer paths and fused layers
-# (/up/up.1/Conv, Conv_3 + Relu_4).
-OP_OR_LAYER_NAME = re.compile(r"::|\bop_id\b|\bseq\s*=|\bsizes\s*=|^\s*[{\[]|/|\s\+\s")
+# dict/JSON payloads (DLProf's {'traceMarker': ...}), ONNX/TensorRT layer paths (starting with '/') and
+# fused layers (/up/up.1/Conv, Conv_3 + Relu_4).
+OP_OR_LAYER_NAME = re.compile(r"::|\bop_id\b|\bseq\s*=|\bsizes\s*=|^\s*[{\[/]|\s\+\s")
 MIN_COVERAGE = 0.5  # a family without a step-like word must cover this share of its time span
 MAX_CANDIDATES = 3  # step families tried against the GPU work, best first
 
