@@ -27,7 +27,7 @@ from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
 from .trace.tables import pid_of
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: trace.framework/step_source, gaps, NCCL by kind, alloc/async_copy metrics
 
 
 @dataclass
@@ -429,7 +429,7 @@ class Analysis:
 
     # ---- everything, as plain data --------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON contract (see README): format_version, trace, notes, summary, steps, subranges, findings."""
+        """The JSON contract (see README): format_version, trace, notes, summary, steps, subranges, gaps, findings."""
         return {
             "format_version": FORMAT_VERSION,
             "trace": asdict(self.info),
@@ -437,8 +437,17 @@ class Analysis:
             "summary": {"devices": _records(self._summary_for_json())},
             "steps": _records(self._steps_metrics),
             "subranges": _records(self.subranges()),
+            "gaps": _records(self.where_gpu_waited()),
             "findings": [f.to_dict() for f in self.findings()],
         }
+
+    def where_gpu_waited(self) -> pd.DataFrame:
+        """Per (process, device): the idle-gap attribution the rules read — GPU idle ns per cause (median per
+        steady step, or whole capture without steps), with the part before the step's first launch and
+        after host syncs: globalPid, deviceId, scope, cause_kind, cause, ns, before_launch_ns, after_sync_ns."""
+        rows = [ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope) for ev in self.evidence()]
+        cols = ["globalPid", "deviceId", "scope", *A.SUMMARY_COLUMNS]
+        return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
     def _summary_for_json(self) -> pd.DataFrame:
         """Summary with the contract's names: device, gpu_idle_fraction (whole capture)."""
