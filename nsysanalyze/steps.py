@@ -2,8 +2,20 @@
 
 A step is an NVTX range that repeats with a counter (``Batch 12``, ``ProfilerStep#3``,
 ``step 5``, ``iteration 7``, ``Step 10 to 20``) or a repeated ``train_step``-like name.
-The outermost such family is chosen automatically (see ``detect_step_family``);
-``pattern`` (a regex) overrides.
+Steps you can trust — a family is taken only when it looks like an iteration of the program's loop:
+
+1. by its names: not an op/function/layer annotation (``aten::add, op_id = 3``, DLProf payloads,
+   ``ExecutorDispatch::compile``, TensorRT/ONNX layer paths; OP_OR_LAYER_NAME), not an epoch, and
+   not mostly nested inside another candidate (``step_family_candidates``);
+2. by the GPU work (``is_loop_iteration``): when the device's kernel sequence repeats with a period
+   of P kernels (``kernel_period``), the median step holds at least half of P (op- and layer-level
+   ranges hold a few kernels of a much longer period); otherwise the steps' GPU spans hold at least
+   half of the device's kernel time.
+
+Without such a family, steps are inferred from the GPU work itself: one window per period of the
+repeating kernel sequence, anchored at the kernel that follows the longest GPU idle (``inferred_steps``;
+labelled "kernel sequence (period N kernels)"). ``pattern`` (a regex, ``--step-range``) overrides
+everything; one that is invalid or matches nothing is an error (StepRangeError).
 
 GPU projection (as NVIDIA's ``nvtx_gpu_proj_trace``, widened to the step's process): CUDA
 calls made inside the step's CPU range by any thread of its process (PyTorch launches the
