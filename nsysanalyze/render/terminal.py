@@ -8,6 +8,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from .sanitize import for_text
 from .format import STEP_COLUMNS, summary_cells, device_label, evidence_value, ms, pct, step_cells, subrange_table
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
@@ -103,6 +104,7 @@ def findings_panels(report: dict) -> list[Panel]:
 
 
 def render(report: dict, console: Console, sections=("summary", "steps", "findings")) -> None:
+    report = for_text(report)  # trace strings printed, never obeyed
     console.print(header(report))
     for note in report["notes"]:
         console.print(Text("note: ", style="yellow") + Text(note))
