@@ -1,6 +1,8 @@
 """Command line: a thin layer over :mod:`nsysanalyze.analysis` and the renderers.
 
 Exit codes: 0 success, 1 a ``compare --fail-on`` gate tripped, 2 bad input or usage.
+Only click is imported up front: the analysis (pandas, numpy, SQLAlchemy) and the renderers
+(rich, matplotlib) are imported by the commands that use them, so ``--help`` starts at once.
 """
 from __future__ import annotations
 
@@ -11,15 +13,10 @@ from importlib import resources
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from . import batch, ranks
-from .analysis import Analysis
+from . import batch
 from .errors import InputError
 from .render import json as json_render
-from .render import markdown as md_render
-from .render import ranks as ranks_render
-from .render import terminal as term_render
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
@@ -32,6 +29,8 @@ def example_path() -> Path:
 
 def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
     """Run the whole pipeline on one file; any failure becomes a one-line InputError naming the file."""
+    from .analysis import Analysis
+
     try:
         with Analysis(path, step_range=step_range) as a:
             return a.to_dict()
@@ -67,6 +66,10 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
 def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
     """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
     holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks")."""
+    from . import ranks
+    from .render import markdown as md_render
+    from .render import ranks as ranks_render
+
     view = None
     if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
         view = ranks.cross_rank(reports)
@@ -79,6 +82,10 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
         text = "\n\n".join(md_render.render(r, sections) for r in reports)
         click.echo(text + ("\n\n" + ranks_render.render_markdown(view) if view is not None else ""))
     else:
+        from rich.console import Console
+
+        from .render import terminal as term_render
+
         console = Console(highlight=False)
         for r in reports:
             term_render.render(r, console, sections)
@@ -92,6 +99,7 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
     terminal and there is more than one file."""
     if len(paths) < 2 or not sys.stderr.isatty():
         return batch.analyze_many(paths, step_range, jobs, dask_address)
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("analyzing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -193,7 +201,15 @@ def _gate_names_epilog() -> str:
             f"Gate metric names: {names}")
 
 
-@cli.command("compare", epilog=_gate_names_epilog())
+class GateNamesCommand(click.Command):
+    """A command whose epilog lists the gate metric names, built only when help is shown (imports pandas)."""
+
+    def format_epilog(self, ctx, formatter):
+        self.epilog = _gate_names_epilog()
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command("compare", cls=GateNamesCommand)
 @click.argument("base")
 @click.argument("new")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
@@ -223,6 +239,8 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     elif fmt == "markdown":
         click.echo(compare_render.render_markdown(result), nl=False)
     else:
+        from rich.console import Console
+
         compare_render.render_text(result, Console(highlight=False))
     if result["tripped"]:
         ctx.exit(1)
