@@ -60,7 +60,7 @@ class Analysis:
     # when no step is projected), and runtime calls by API name (see _projection).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
-        cols = ["start", "end", "deviceId", "globalPid", "nameId"]
+        cols = ["start", "end", "deviceId", "globalPid", "nameId", "streamId"]
         return self.trace.gpu_table("kernels", cols + (["correlationId"] if self._projects_steps else []))
 
     @cached_property
@@ -172,7 +172,8 @@ class Analysis:
         del busy
         for name in ("_projection", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
-        kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
+        self._htod_on_kernel_streams  # noqa: B018 (needs the kernels' streams: before they are dropped)
+        kernels = self._kernels.drop(columns=["correlationId", "streamId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids)
         self.__dict__.pop("_memsets", None)
@@ -254,14 +255,15 @@ class Analysis:
             "osrt_captured": float(self.trace.schema.has("OSRT_API")),
         }
 
+    @cached_property
+    def _htod_on_kernel_streams(self) -> dict[tuple[int, int], float]:
+        """(globalPid, deviceId) -> share of its HtoD copies issued on streams that also run kernels."""
+        per = M.htod_on_kernel_streams(self._kernels, self._memcpys)
+        return dict(zip(zip(per["globalPid"].astype(int), per["deviceId"].astype(int)), per["htod_on_kernel_streams_fraction"]))
+
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
-        """Per-device facts: the share of HtoD copies issued on streams that also run kernels."""
-        m = self._memcpys
-        htod = m[(m["globalPid"] == pid) & (m["deviceId"] == dev) & (m["copyKind"] == 1)]
-        streams = htod["streamId"].unique()
-        with_kernels = [s for s in streams if self.trace.kernel_on_stream(pid, dev, s)]  # asked in SQL, per stream
-        frac = float(np.isin(htod["streamId"], with_kernels).mean()) if len(htod) else float("nan")
-        return {"htod_on_kernel_streams_fraction": frac}
+        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy)."""
+        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan")))}
 
     def findings(self) -> list[Finding]:
         return list(self._findings)

@@ -266,6 +266,20 @@ def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.Data
     return {key: Coverage.of(*[Coverage(r["start"], r["end"]) for r in (rows(key) for rows in parts)]) for key in keys}
 
 
+def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.DataFrame:
+    """Per (globalPid, deviceId) with HtoD copies: htod_on_kernel_streams_fraction, the share of its HtoD
+    copies issued on a stream of that device that also runs kernels (kernels need streamId)."""
+    cols = ["globalPid", "deviceId", "streamId"]
+    htod = memcpys.loc[memcpys["copyKind"].to_numpy() == COPY_HTOD, cols]
+    if htod.empty:
+        return pd.DataFrame({"globalPid": [], "deviceId": [], "htod_on_kernel_streams_fraction": []})
+    on_htod_stream = np.isin(kernels["streamId"].to_numpy(), pd.unique(htod["streamId"].to_numpy()))
+    used = pd.MultiIndex.from_frame(kernels.loc[on_htod_stream, cols].drop_duplicates().astype(np.int64))
+    on_kernel_stream = pd.MultiIndex.from_frame(htod.astype(np.int64)).isin(used)
+    frac = pd.Series(on_kernel_stream, dtype=float).groupby([htod["globalPid"].to_numpy(), htod["deviceId"].to_numpy()]).mean()
+    return frac.rename_axis(["globalPid", "deviceId"]).rename("htod_on_kernel_streams_fraction").reset_index()
+
+
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
     """num / den with NaN where den is 0."""
     return num / den.where(den > 0)

@@ -73,10 +73,6 @@ class Trace:
         """StringIds id -> value of every string that can name a CUDA API (starts with 'cu')."""
         return tables.strings_like(self.conn, self.schema, "cu%")
 
-    def kernel_on_stream(self, global_pid: int, device: int, stream: int) -> bool:
-        """Whether any kernel ran on this (process, device, stream)."""
-        return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
-
     @cached_property
     def nvtx(self) -> pd.DataFrame:
         return tables.nvtx_ranges(self.conn, self.schema)

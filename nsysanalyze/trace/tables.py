@@ -105,8 +105,8 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     touched, so they cost no memory). A chunk whose text does not parse back to exactly its row
     count (corrupted values) is re-read as row tuples by :func:`fetch_int_frame`, which raises
     InputError on non-integers. Columns named in ``small`` are int32 while their values fit (int64 from
-    the first value that does not). Columns named in ``steady`` (globalPid, deviceId: one value in a
-    one-GPU trace) are asked as min() and max() first; a chunk where they are equal sends no text
+    the first value that does not). Columns named in ``steady`` (globalPid, deviceId, streamId: one value
+    in a one-GPU, one-stream trace) are asked as min() and max() first; a chunk where they are equal sends no text
     for them, and the first chunk where they are not turns that off.
     """
     names = list(exprs)
@@ -214,7 +214,7 @@ def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[
     if not schema.has(table, "start", "end"):
         return _empty(names)
     return fetch_columns(conn, table, {c: sql_of[c] for c in names}, '"end" IS NOT NULL AND start IS NOT NULL',
-                         small=SMALL_COLUMNS if compact else (), steady=("globalPid", "deviceId"))
+                         small=SMALL_COLUMNS if compact else (), steady=("globalPid", "deviceId", "streamId"))
 
 
 def kernels(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
@@ -279,17 +279,6 @@ def runtime_calls_by_correlation(conn: sqlite3.Connection, schema: Schema, corre
                              where, workers=1)
     finally:
         conn.execute("DROP TABLE temp.nsysanalyze_corr")
-
-
-def kernel_on_stream(conn: sqlite3.Connection, schema: Schema, global_pid: int, device: int, stream: int) -> bool:
-    """Whether any kernel ran on this (process, device, stream) (stops at the first one)."""
-    if not schema.has(KERNEL, "start", "end"):
-        return False
-    cols = {c: schema.col_or(KERNEL, c, "0") for c in ("globalPid", "deviceId", "streamId")}
-    row = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {KERNEL} WHERE {cols['globalPid']} = ? AND {cols['deviceId']} = ? "
-                       f"AND {cols['streamId']} = ? AND \"end\" IS NOT NULL AND start IS NOT NULL)",
-                       (int(global_pid), int(device), int(stream))).fetchone()
-    return bool(row[0])
 
 
 def strings(conn: sqlite3.Connection, schema: Schema, ids) -> dict[int, str]:

@@ -1,0 +1,64 @@
+"""The linear (grouped, vectorized) paths give exactly what a straightforward per-group path gives.
+
+Each test runs the fast code on real exports and on real-derived variants (a fixture copied into
+tmp and spread over several streams/devices/processes with SQL, as bench/scaling.py does), and
+compares with a deliberately simple reference: one SQL query or one boolean mask per group.
+"""
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+
+import nsysanalyze
+from conftest import fixture_trace, shared_trace
+
+REAL = ["h200/resnet18-baseline-nvtx.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite",
+        "public/pipit__perlmutter-cloverleaf-cuda.sqlite"]
+
+
+def spread(src, tmp_path, sql: list[str]):
+    """A copy of ``src`` with ``sql`` applied (the source is never written)."""
+    dst = tmp_path / f"spread-{src.name}"
+    shutil.copyfile(src, dst)
+    with sqlite3.connect(dst) as conn:
+        for q in sql:
+            conn.execute(q)
+    return dst
+
+
+MANY_STREAMS = ["UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 100 + rowid % 5, deviceId = rowid % 2",
+                "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET streamId = 102 + rowid % 7, deviceId = rowid % 3"]
+
+
+def htod_fraction_per_stream_sql(path) -> dict:
+    """The old path: per (process, device) with HtoD copies, one EXISTS query per stream."""
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+    out = {}
+    copies = conn.execute("SELECT globalPid, deviceId, streamId FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                          "WHERE copyKind = 1 AND start IS NOT NULL AND \"end\" IS NOT NULL").fetchall()
+    for key in {c[:2] for c in copies}:
+        streams = [c[2] for c in copies if c[:2] == key]
+        on = [s for s in set(streams) if conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = ? AND deviceId = ? AND "
+            "streamId = ? AND \"end\" IS NOT NULL AND start IS NOT NULL)", (*key, s)).fetchone()[0]]
+        out[key] = float(np.isin(streams, on).mean())
+    conn.close()
+    return out
+
+
+@pytest.mark.parametrize("rel", REAL)
+def test_htod_on_kernel_streams_equals_one_query_per_stream(rel):
+    path = shared_trace(rel)
+    with nsysanalyze.open(path) as a:
+        assert a._htod_on_kernel_streams == htod_fraction_per_stream_sql(path)
+
+
+def test_htod_on_kernel_streams_over_several_streams_and_devices(tmp_path):
+    path = spread(fixture_trace("resnet18_baseline.sqlite"), tmp_path, MANY_STREAMS)
+    expected = htod_fraction_per_stream_sql(path)
+    assert sorted(expected.values()) == [0.0, 0.0, 0.5]  # devices with none, and with some, on kernel streams
+    with nsysanalyze.open(path) as a:
+        assert a._htod_on_kernel_streams == expected
+        facts = {(e.globalPid, e.deviceId): e.facts["htod_on_kernel_streams_fraction"] for e in a.evidence()}
+    assert {k: v for k, v in facts.items() if k in expected} == {k: expected[k] for k in facts if k in expected}
