@@ -223,24 +223,27 @@ class Analysis:
         summary, steps = self._summary, self._steps_metrics
         if summary.empty:
             return []
-        sub = self.subranges()
         facts_all = self._facts()
+        # rows grouped once (not one mask per device): linear in devices and processes
+        step_rows = steps.groupby(["globalPid", "deviceId"]).indices if not steps.empty else {}
+        per_name = self.subranges().groupby(["globalPid", "name"]).agg(ns=("ns", "median"), share=("share", "median"))
+        subranges_of: dict[int, dict[str, tuple[float, float]]] = {}
+        for (p, name), ns, share in zip(per_name.index, per_name["ns"], per_name["share"]):
+            subranges_of.setdefault(int(p), {})[name] = (float(ns), float(share))
         out = []
         for _, row in summary.iterrows():
             pid, dev = int(row["globalPid"]), int(row["deviceId"])
-            mine = steps[(steps["globalPid"] == pid) & (steps["deviceId"] == dev)] if not steps.empty else steps
+            mine = steps.iloc[step_rows[(pid, dev)]] if (pid, dev) in step_rows else steps.iloc[:0]
             if not mine.empty:
                 m = M.steady_steps(mine).select_dtypes("number").median().to_dict()
                 m.update(copies_per_step(row, len(mine)))
                 scope = "step median"
             else:
                 m, scope = row.to_dict(), "capture"
-            sr = sub[sub["globalPid"] == pid]
-            per_name = sr.groupby("name").agg(ns=("ns", "median"), share=("share", "median"))
-            subr = {n: (float(r["ns"]), float(r["share"])) for n, r in per_name.iterrows()}
             facts = dict(facts_all)
             facts.update(self._device_facts(pid, dev))
-            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=subr, facts=facts))
+            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
+                                facts=facts))
         return out
 
     def _facts(self) -> dict[str, float]:

@@ -123,6 +123,21 @@ def _masked(cov: Coverage, starts: np.ndarray, ends: np.ndarray, mask: np.ndarra
     return cov if n == mask.size else EMPTY if n == 0 else Coverage(starts[mask], ends[mask])
 
 
+# Devices are measured side by side on one time axis: device j of a batch is shifted by j x stride
+# (stride > the trace's whole time span, so no interval or window reaches another device's), so one
+# pass of vectorized metrics serves every device; times stay below this bound (int64 headroom).
+STACK_LIMIT = 1 << 62
+
+
+def _side_by_side(parts: list[dict[str, np.ndarray]], stride: int) -> dict[str, np.ndarray]:
+    """Per-device column dicts as one, device j's start/end shifted by j * stride (rows sorted by start
+    per device stay sorted)."""
+    if len(parts) == 1:
+        return parts[0]
+    return {c: np.concatenate([p[c] + j * stride if c in ("start", "end") else p[c] for j, p in enumerate(parts)])
+            for c in parts[0]}
+
+
 def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
                 nccl_name_ids: np.ndarray) -> pd.DataFrame:
     """GPU-side metrics per window row (same index as ``windows``); see the module docstring."""
@@ -132,8 +147,19 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
         m_rows = _by_device(memcpys, ["start", "end", "bytes", "copyKind", "srcKind", "dstKind"])
         s_rows = _by_device(memsets, ["start", "end"])
         w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
-        for key, idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
-            cols = _device_metrics(w_start[idx], w_end[idx], k_rows(key), m_rows(key), s_rows(key), nccl_name_ids)
+        frames = [f for f in (kernels, memcpys, memsets) if len(f)]
+        lo = min([int(w_start.min())] + [int(f["start"].min()) for f in frames])
+        hi = max([int(w_end.max())] + [int(f["end"].max()) for f in frames])
+        stride = hi - lo + 1
+        per_batch = max(1, (STACK_LIMIT - max(hi, 0)) // stride)
+        groups = list(windows.groupby(["globalPid", "deviceId"]).indices.items())
+        for first in range(0, len(groups), per_batch):
+            batch = groups[first:first + per_batch]
+            idx = np.concatenate([i for _, i in batch])
+            shift = np.repeat(np.arange(len(batch), dtype=np.int64) * stride, [len(i) for _, i in batch])
+            cols = _device_metrics(w_start[idx] + shift, w_end[idx] + shift,
+                                   *(_side_by_side([rows(key) for key, _ in batch], stride) for rows in (k_rows, m_rows, s_rows)),
+                                   nccl_name_ids)
             for name, values in cols.items():
                 out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
     frame = pd.DataFrame(out, index=windows.index) if out else pd.DataFrame(index=windows.index)

@@ -62,3 +62,31 @@ def test_htod_on_kernel_streams_over_several_streams_and_devices(tmp_path):
         assert a._htod_on_kernel_streams == expected
         facts = {(e.globalPid, e.deviceId): e.facts["htod_on_kernel_streams_fraction"] for e in a.evidence()}
     assert {k: v for k, v in facts.items() if k in expected} == {k: expected[k] for k in facts if k in expected}
+
+
+def report(path, **kw) -> dict:
+    with nsysanalyze.open(path, **kw) as a:
+        return a.to_dict()
+
+
+SPREAD_DEVICES = [f"UPDATE {t} SET deviceId = rowid % 7" for t in
+                  ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
+SPREAD_PROCESSES = [f"UPDATE {t} SET globalPid = (globalPid & ~(16777215 << 24)) | ((1000 + rowid % 5) << 24)" for t in
+                    ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")] + [
+    "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = (globalTid & ~(16777215 << 24)) | ((1000 + rowid % 5) << 24)"]
+
+
+@pytest.mark.parametrize("variant", ["2-GPU real", "7 devices", "5 processes"])
+def test_devices_side_by_side_equal_one_device_at_a_time(variant, tmp_path, monkeypatch):
+    """gpu_metrics lays devices side by side on one time axis; with STACK_LIMIT too small for two, it
+    measures one device at a time (the straightforward per-device path): same report."""
+    if variant == "2-GPU real":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    else:
+        src = fixture_trace("vit_l32_2gpu_ddp_0.sqlite" if variant == "7 devices" else "resnet18_baseline.sqlite")
+        path = spread(src, tmp_path, SPREAD_DEVICES if variant == "7 devices" else SPREAD_PROCESSES)
+    fast = report(path)
+    assert len(fast["summary"]["devices"]) >= 2
+    from nsysanalyze import metrics
+    monkeypatch.setattr(metrics, "STACK_LIMIT", 1)
+    assert report(path) == fast
