@@ -31,7 +31,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, sum_in_windows
+from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, sum_in_windows
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -67,30 +67,53 @@ def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFra
     return out.assign(api=pd.Categorical.from_codes(code[keep], categories=labels)).reset_index(drop=True)
 
 
+# Devices (GPU metrics) and threads/processes (CPU sums) are measured side by side on one time axis:
+# lane j of a batch is shifted by j x stride (stride > the whole time span, so no interval or window
+# reaches another lane's), so one vectorized pass serves every lane; times stay below this bound.
+STACK_LIMIT = 1 << 62
+
+
 def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
                  columns: dict[str, tuple[np.ndarray | None, np.ndarray | None]]) -> dict[str, np.ndarray]:
     """Per window row, for each name -> (event mask or None, values or None): the sum of the values
     (the count when None) over the selected events starting in the window's CPU range
     [cpu_start, cpu_end), on the window's thread (globalTid) or, for globalTid -1, anywhere in its process.
-    Events are taken a block at a time (the sums add up), which bounds the temporaries."""
+
+    Vectorized over windows: each thread (or process) is a lane of its own on one time axis (lane j
+    shifted by j x stride, stride > the time span; lanes in batches that keep int64 headroom), so one
+    sorted pass counts every window. Events are taken a block at a time (the sums add up).
+    """
     out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
     if len(tids) == 0 or windows.empty:
         return out
     cpu_start, cpu_end = windows["cpu_start"].to_numpy(), windows["cpu_end"].to_numpy()
-    groups = windows.groupby(["globalTid", "globalPid"]).indices.items()
-    for lo in range(0, len(tids), BLOCK):
-        block = slice(lo, lo + BLOCK)
-        block_tids = tids[block]
-        block_pids = pid_of(block_tids)
-        for (tid, pid), idx in groups:
-            mine = block_pids == pid if tid < 0 else block_tids == tid
-            if not mine.any():
-                continue
-            a, b = cpu_start[idx], cpu_end[idx]
-            for name, (mask, values) in columns.items():
-                sel = np.flatnonzero(mine if mask is None else mine & mask[block])
-                out[name][idx] += (count_in_windows(starts[block][sel], a, b) if values is None
-                                   else sum_in_windows(starts[block][sel], values[block][sel], a, b))
+    w_tid, w_pid = windows["globalTid"].to_numpy(), windows["globalPid"].to_numpy()
+    for by_thread in (True, False):
+        rows = np.flatnonzero((w_tid >= 0) == by_thread)
+        if rows.size == 0:
+            continue
+        lanes, w_lane = np.unique((w_tid if by_thread else w_pid)[rows], return_inverse=True)
+        lo = min(int(starts.min()), int(cpu_start[rows].min()))
+        stride = max(int(starts.max()), int(cpu_end[rows].max())) - lo + 1
+        per_batch = max(1, STACK_LIMIT // stride)
+        for first in range(0, lanes.size, per_batch):
+            mine = (w_lane >= first) & (w_lane < first + per_batch)
+            w_rows, shift = rows[mine], (w_lane[mine] - first) * stride - lo
+            a, b = cpu_start[w_rows] + shift, cpu_end[w_rows] + shift
+            batch = lanes[first:first + per_batch]
+            for lo_e in range(0, len(tids), BLOCK):
+                block = slice(lo_e, lo_e + BLOCK)
+                key = tids[block] if by_thread else pid_of(tids[block])
+                lane = np.minimum(np.searchsorted(batch, key), batch.size - 1)
+                take = np.flatnonzero(batch[lane] == key)
+                t = starts[block][take] + (lane[take] * stride - lo)
+                if not is_sorted(t):
+                    order = np.argsort(t, kind="stable")
+                    t, take = t[order], take[order]
+                for name, (mask, values) in columns.items():
+                    picked = slice(None) if mask is None else mask[block][take]
+                    out[name][w_rows] += (count_in_windows(t[picked], a, b) if values is None
+                                          else sum_in_windows(t[picked], values[block][take[picked]], a, b))
     return out
 
 
@@ -121,12 +144,6 @@ def _masked(cov: Coverage, starts: np.ndarray, ends: np.ndarray, mask: np.ndarra
     """Coverage of the masked intervals, reusing ``cov`` (all of them) or EMPTY (none) when possible."""
     n = int(np.count_nonzero(mask))
     return cov if n == mask.size else EMPTY if n == 0 else Coverage(starts[mask], ends[mask])
-
-
-# Devices are measured side by side on one time axis: device j of a batch is shifted by j x stride
-# (stride > the trace's whole time span, so no interval or window reaches another device's), so one
-# pass of vectorized metrics serves every device; times stay below this bound (int64 headroom).
-STACK_LIMIT = 1 << 62
 
 
 def _side_by_side(parts: list[dict[str, np.ndarray]], stride: int) -> dict[str, np.ndarray]:
