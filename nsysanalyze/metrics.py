@@ -31,7 +31,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, sum_in_windows
+from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
+                        lanes_per_batch, sum_in_windows)
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -67,12 +68,6 @@ def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFra
     return out.assign(api=pd.Categorical.from_codes(code[keep], categories=labels)).reset_index(drop=True)
 
 
-# Devices (GPU metrics) and threads/processes (CPU sums) are measured side by side on one time axis:
-# lane j of a batch is shifted by j x stride (stride > the whole time span, so no interval or window
-# reaches another lane's), so one vectorized pass serves every lane; times stay below this bound.
-STACK_LIMIT = 1 << 62
-
-
 def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
                  columns: dict[str, tuple[np.ndarray | None, np.ndarray | None]]) -> dict[str, np.ndarray]:
     """Per window row, for each name -> (event mask or None, values or None): the sum of the values
@@ -95,7 +90,7 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
         lanes, w_lane = np.unique((w_tid if by_thread else w_pid)[rows], return_inverse=True)
         lo = min(int(starts.min()), int(cpu_start[rows].min()))
         stride = max(int(starts.max()), int(cpu_end[rows].max())) - lo + 1
-        per_batch = max(1, STACK_LIMIT // stride)
+        per_batch = lanes_per_batch(stride)
         for first in range(0, lanes.size, per_batch):
             mine = (w_lane >= first) & (w_lane < first + per_batch)
             w_rows, shift = rows[mine], (w_lane[mine] - first) * stride - lo
@@ -168,7 +163,7 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
         lo = min([int(w_start.min())] + [int(f["start"].min()) for f in frames])
         hi = max([int(w_end.max())] + [int(f["end"].max()) for f in frames])
         stride = hi - lo + 1
-        per_batch = max(1, (STACK_LIMIT - max(hi, 0)) // stride)
+        per_batch = lanes_per_batch(stride, hi)
         groups = list(windows.groupby(["globalPid", "deviceId"]).indices.items())
         for first in range(0, len(groups), per_batch):
             batch = groups[first:first + per_batch]

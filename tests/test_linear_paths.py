@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import nsysanalyze
+from nsysanalyze import intervals
 from conftest import fixture_trace, shared_trace
 
 REAL = ["h200/resnet18-baseline-nvtx.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite",
@@ -88,8 +89,7 @@ def test_devices_side_by_side_equal_one_device_at_a_time(variant, tmp_path, monk
         path = spread(src, tmp_path, SPREAD_DEVICES if variant == "7 devices" else SPREAD_PROCESSES)
     fast = report(path)
     assert len(fast["summary"]["devices"]) >= 2
-    from nsysanalyze import metrics
-    monkeypatch.setattr(metrics, "STACK_LIMIT", 1)
+    monkeypatch.setattr(intervals, "STACK_LIMIT", 1)
     assert report(path) == fast
 
 
@@ -122,7 +122,63 @@ def test_window_sums_equal_one_mask_per_window(variant, tmp_path, monkeypatch):
     columns = {"all": (None, None), "odd": (odd, None), "odd_ns": (odd, (runtime["end"] - runtime["start"]).to_numpy())}
     expected = window_sums_one_window_at_a_time(windows, tids, starts, columns)
     assert expected["all"].sum() > 0 and 0 < expected["odd"].sum() < expected["all"].sum()
-    for limit in (metrics.STACK_LIMIT, 1):  # lanes side by side, then one lane per batch
-        monkeypatch.setattr(metrics, "STACK_LIMIT", limit)
+    for limit in (intervals.STACK_LIMIT, 1):  # lanes side by side, then one lane per batch
+        monkeypatch.setattr(intervals, "STACK_LIMIT", limit)
         got = metrics._window_sums(windows, tids, starts, columns)
         assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
+
+
+def assign_one_key_at_a_time(tids, times, ranges, key="globalTid"):
+    """Reference for steps._assign_to_ranges: per key, a searchsorted over its sorted ranges."""
+    out = np.full(times.shape, -1, dtype=np.int64)
+    for k, group in ranges.groupby(key):
+        group = group.sort_values("cpu_start", kind="stable")
+        starts, ends, labels = group["cpu_start"].to_numpy(), group["cpu_end"].to_numpy(), group.index.to_numpy()
+        on = np.flatnonzero(tids == k)
+        j = np.searchsorted(starts, times[on], side="right") - 1
+        inside = (j >= 0) & (times[on] <= ends[np.maximum(j, 0)])
+        out[on[inside]] = labels[j[inside]]
+    return out
+
+
+def subranges_by_pandas(nvtx, steps):
+    """Reference for steps.subranges: a pandas groupby over the nested ranges."""
+    owner = assign_one_key_at_a_time(nvtx["globalTid"].to_numpy(), nvtx["start"].to_numpy(), steps)
+    rows = nvtx[owner >= 0].assign(owner=owner[owner >= 0]).reset_index(drop=True)
+    host = steps.loc[rows["owner"]].reset_index(drop=True)
+    nested = (rows["end"] <= host["cpu_end"]) & ~((rows["start"] == host["cpu_start"]) & (rows["end"] == host["cpu_end"]))
+    rows, host = rows[nested], host[nested]
+    rows = rows.assign(globalPid=host["globalPid"].to_numpy(), step=host["step"].to_numpy(),
+                       ns=(rows["end"] - rows["start"]).to_numpy(), step_ns=(host["cpu_end"] - host["cpu_start"]).to_numpy())
+    out = rows.groupby(["globalPid", "step", "name"], sort=False).agg(
+        ns=("ns", "sum"), count=("ns", "size"), step_ns=("step_ns", "first")).reset_index()
+    out["share"] = out["ns"] / out["step_ns"].where(out["step_ns"] > 0)
+    cols = ["globalPid", "step", "name", "ns", "count", "share"]
+    return out[cols].sort_values(["globalPid", "step", "ns"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+THREADS = ["UPDATE NVTX_EVENTS SET globalTid = globalTid + (rowid % 6) * 3, endGlobalTid = NULL",
+           "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = globalTid + (rowid % 6) * 3"]
+
+
+@pytest.mark.parametrize("variant", ["real", "real 2 processes", "6 threads"])
+def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path, monkeypatch):
+    from nsysanalyze import steps as S
+    if variant == "real 2 processes":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    else:
+        src = fixture_trace("resnet18_baseline.sqlite")
+        path = src if variant == "real" else spread(src, tmp_path, THREADS)
+    with nsysanalyze.open(path) as a:
+        nvtx, runtime = a.trace.nvtx, a.trace.runtime
+        steps = S.find_steps(nvtx, "^ncclGroupEnd$" if "processes" in variant else None)[0]
+    assert len(steps) >= 2
+    for limit in (intervals.STACK_LIMIT, 1):
+        monkeypatch.setattr(intervals, "STACK_LIMIT", limit)
+        for tids, times, key in ((nvtx["globalTid"].to_numpy(), nvtx["start"].to_numpy(), "globalTid"),
+                                 (runtime["globalTid"].to_numpy() & ~np.int64(0xFFFFFF), runtime["start"].to_numpy(), "globalPid")):
+            got = S._assign_to_ranges(tids, times, steps, key)
+            assert (got >= 0).any() and got.tolist() == assign_one_key_at_a_time(tids, times, steps, key).tolist()
+        expected = subranges_by_pandas(nvtx, steps)
+        assert len(expected) or variant != "real"
+        pd.testing.assert_frame_equal(S.subranges(nvtx, steps), expected)
