@@ -17,6 +17,7 @@ import click
 from . import batch
 from .errors import InputError
 from .render import json as json_render
+from .steplimit import DEFAULT_MAX_STEPS, binned, capped
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
@@ -63,9 +64,10 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     return paths
 
 
-def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
+def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: int = DEFAULT_MAX_STEPS) -> None:
     """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
-    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks")."""
+    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks"). Text and
+    markdown show at most ``max_steps`` step rows per report (JSON: every step)."""
     from . import ranks
     from .render import markdown as md_render
     from .render import ranks as ranks_render
@@ -73,6 +75,8 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
     view = None
     if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
         view = ranks.cross_rank(reports)
+    if fmt != "json":
+        reports = [capped(r, max_steps) for r in reports]
     if fmt == "json":
         doc = reports[0] if len(reports) == 1 else {"format_version": reports[0]["format_version"], "traces": reports}
         if view is not None:
@@ -111,9 +115,13 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
 
 STEP_RANGE = click.option("--step-range", metavar="REGEX",
                           help="NVTX range name regex that marks a step (default: auto).")
+MAX_STEPS = click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True,
+                         help="Step rows shown in tables (first and last) and bars in charts (means of "
+                              "consecutive steps) beyond this many; JSON keeps every step.")
 
 
 def common_options(f):
+    f = MAX_STEPS(f)
     f = STEP_RANGE(f)
     f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
@@ -133,7 +141,7 @@ def cli():
 @click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
               help="Analyze the exports on this Dask cluster instead (pip install 'nsysanalyze[dask]'; "
                    "the workers must see the files at the same paths).")
-def diagnose(files, fmt, step_range, example, jobs, dask_address):
+def diagnose(files, fmt, step_range, max_steps, example, jobs, dask_address):
     """Summary, per-step table and ranked findings with fixes.
 
     Several FILES (or a directory of them: one export per rank) are analyzed in parallel and followed
@@ -141,21 +149,21 @@ def diagnose(files, fmt, step_range, example, jobs, dask_address):
     A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
     """
     reports = analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address)
-    emit(reports, fmt, ("summary", "steps", "findings", "ranks"))
+    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), max_steps)
 
 
 @cli.command()
 @common_options
-def summary(files, fmt, step_range, example):
+def summary(files, fmt, step_range, max_steps, example):
     """Whole-capture metrics per device (and per-step medians)."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",))
+    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",), max_steps)
 
 
 @cli.command()
 @common_options
-def steps(files, fmt, step_range, example):
+def steps(files, fmt, step_range, max_steps, example):
     """Per-step table: GPU window, idle, copies, NCCL, CPU sub-ranges."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",))
+    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",), max_steps)
 
 
 @cli.command("redact")
@@ -250,7 +258,8 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @click.argument("files", nargs=-1, required=True)
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
 @STEP_RANGE
-def plot_cmd(files, out, step_range):
+@MAX_STEPS
+def plot_cmd(files, out, step_range, max_steps):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
     Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
@@ -260,7 +269,7 @@ def plot_cmd(files, out, step_range):
 
     if not out.lower().endswith(plot.FORMATS):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
-    reports = [load_report(str(p), step_range) for p in expand_inputs(files, False)]
+    reports = [binned(load_report(str(p), step_range), max_steps) for p in expand_inputs(files, False)]
     click.echo(f"wrote {plot.save(reports, out)}")
 
 
@@ -269,7 +278,8 @@ def plot_cmd(files, out, step_range):
 @click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
 @STEP_RANGE
-def report_cmd(file, baseline, out, step_range):
+@MAX_STEPS
+def report_cmd(file, baseline, out, step_range, max_steps):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare
     from .render import html as html_render
@@ -280,8 +290,8 @@ def report_cmd(file, baseline, out, step_range):
         raise InputError(f"{out}: give the path of the HTML file to write (its folder must exist)")
     new = load_report(file, step_range)
     base = load_report(baseline, step_range) if baseline else None
-    chart = plot.svg([base, new] if base else [new])
-    page = html_render.render(new, chart, compare(base, new) if base else None)
+    chart = plot.svg([binned(r, max_steps) for r in ([base, new] if base else [new])])
+    page = html_render.render(capped(new, max_steps), chart, compare(base, new) if base else None)
     try:
         target.write_text(page, encoding="utf-8")
     except OSError as e:
