@@ -80,7 +80,7 @@ class Analysis:
     # when no step is projected), and runtime calls by API name (see _projection).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
-        cols = ["start", "end", "deviceId", "globalPid", "nameId"]
+        cols = ["start", "end", "deviceId", "globalPid", "nameId", "streamId"]
         return self.trace.gpu_table("kernels", cols + (["correlationId"] if self._projects_steps else []))
 
     @cached_property
@@ -233,7 +233,8 @@ class Analysis:
         del busy, host, runtime
         for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
-        kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
+        self._htod_on_kernel_streams  # noqa: B018 (needs the kernels' streams: before they are dropped)
+        kernels = self._kernels.drop(columns=["correlationId", "streamId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
         self.__dict__.pop("_memsets", None)
@@ -300,30 +301,32 @@ class Analysis:
         summary, steps = self._summary, self._steps_metrics
         if summary.empty:
             return []
-        sub = self.subranges()
         facts_all = self._facts()
         steady = M.steady_steps(steps) if not steps.empty else steps
         steady_ids = {(int(p), int(d)): sorted(g["step"].astype(int)) for (p, d), g in
                       steady.groupby(["globalPid", "deviceId"])} if not steady.empty else {}
         gaps = A.summarize(self.gaps(), steady_ids)
         gpu_names = dict(zip(self.trace.gpus["deviceId"], self.trace.gpus["name"])) if not self.trace.gpus.empty else {}
+        # rows grouped once (not one mask per device): linear in devices and processes
+        step_rows = steps.groupby(["globalPid", "deviceId"]).indices if not steps.empty else {}
+        per_name = self.subranges().groupby(["globalPid", "name"]).agg(ns=("ns", "median"), share=("share", "median"))
+        subranges_of: dict[int, dict[str, tuple[float, float]]] = {}
+        for (p, name), ns, share in zip(per_name.index, per_name["ns"], per_name["share"]):
+            subranges_of.setdefault(int(p), {})[name] = (float(ns), float(share))
         out = []
         for _, row in summary.iterrows():
             pid, dev = int(row["globalPid"]), int(row["deviceId"])
-            mine = steps[(steps["globalPid"] == pid) & (steps["deviceId"] == dev)] if not steps.empty else steps
+            mine = steps.iloc[step_rows[(pid, dev)]] if (pid, dev) in step_rows else steps.iloc[:0]
             if not mine.empty:
                 m = M.steady_steps(mine).select_dtypes("number").median().to_dict()
                 m.update(copies_per_step(row, len(mine)))
                 scope = "step median"
             else:
                 m, scope = row.to_dict(), "capture"
-            sr = sub[sub["globalPid"] == pid]
-            per_name = sr.groupby("name").agg(ns=("ns", "median"), share=("share", "median"))
-            subr = {n: (float(r["ns"]), float(r["share"])) for n, r in per_name.iterrows()}
             facts = dict(facts_all)
             facts.update(self._device_facts(pid, dev))
-            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=subr, facts=facts,
-                                gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
+            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
+                                facts=facts, gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
                                 framework=self.framework.name, gpu_name=gpu_names.get(dev, "")))
         return out
 
@@ -339,14 +342,15 @@ class Analysis:
             "osrt_captured": float(self.trace.schema.has("OSRT_API")),
         }
 
+    @cached_property
+    def _htod_on_kernel_streams(self) -> dict[tuple[int, int], float]:
+        """(globalPid, deviceId) -> share of its HtoD copies issued on streams that also run kernels."""
+        per = M.htod_on_kernel_streams(self._kernels, self._memcpys)
+        return dict(zip(zip(per["globalPid"].astype(int), per["deviceId"].astype(int)), per["htod_on_kernel_streams_fraction"]))
+
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
-        """Per-device facts: the share of HtoD copies issued on streams that also run kernels."""
-        m = self._memcpys
-        htod = m[(m["globalPid"] == pid) & (m["deviceId"] == dev) & (m["copyKind"] == 1)]
-        streams = htod["streamId"].unique()
-        with_kernels = [s for s in streams if self.trace.kernel_on_stream(pid, dev, s)]  # asked in SQL, per stream
-        frac = float(np.isin(htod["streamId"], with_kernels).mean()) if len(htod) else float("nan")
-        return {"htod_on_kernel_streams_fraction": frac}
+        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy)."""
+        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan")))}
 
     def findings(self) -> list[Finding]:
         return list(self._findings)

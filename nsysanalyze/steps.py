@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within
+from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, lanes_per_batch
 from .trace.tables import pid_of
 
 DIGITS = re.compile(r"\d+")
@@ -244,17 +244,34 @@ def is_loop_iteration(windows: pd.DataFrame, kernels: pd.DataFrame) -> bool:
 def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame, key: str = "globalTid") -> np.ndarray:
     """Index into ``ranges`` (rows with ``key``, cpu_start, cpu_end) of the range with the same key
     (thread, or process for key="globalPid" with ``tids`` holding globalPids) holding each time,
-    or -1. Ranges of one key must not overlap."""
+    or -1. Ranges of one key must not overlap.
+
+    One sorted lookup for all keys: each key is a lane of its own on one time axis (see
+    intervals.STACK_LIMIT), so the cost does not grow with the number of threads or processes.
+    """
     out = np.full(times.shape, -1, dtype=np.int64)
-    for tid, group in ranges.groupby(key):
-        group = group.sort_values("cpu_start")
-        starts, ends, labels = group["cpu_start"].to_numpy(), group["cpu_end"].to_numpy(), group.index.to_numpy()
-        for lo in range(0, times.size, BLOCK):
-            on_thread = np.flatnonzero(tids[lo:lo + BLOCK] == tid)
-            t = times[lo:lo + BLOCK][on_thread]
+    if ranges.empty or times.size == 0:
+        return out
+    lanes, r_lane = np.unique(ranges[key].to_numpy(), return_inverse=True)
+    r_start, r_end = ranges["cpu_start"].to_numpy(), ranges["cpu_end"].to_numpy()
+    lo = min(int(times.min()), int(r_start.min()))
+    stride = max(int(times.max()), int(r_end.max())) - lo + 1
+    per_batch = lanes_per_batch(stride)
+    for first in range(0, lanes.size, per_batch):
+        sel = np.flatnonzero((r_lane >= first) & (r_lane < first + per_batch))
+        shift = (r_lane[sel] - first) * stride - lo
+        order = np.argsort(r_start[sel] + shift, kind="stable")
+        sel, shift = sel[order], shift[order]
+        starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
+        batch = lanes[first:first + per_batch]
+        for lo_t in range(0, times.size, BLOCK):
+            key_t = tids[lo_t:lo_t + BLOCK]
+            lane = np.minimum(np.searchsorted(batch, key_t), batch.size - 1)
+            on = np.flatnonzero(batch[lane] == key_t)
+            t = times[lo_t:lo_t + BLOCK][on] + (lane[on] * stride - lo)
             k = np.searchsorted(starts, t, side="right") - 1
             inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
-            out[lo + on_thread[inside]] = labels[k[inside]]
+            out[lo_t + on[inside]] = labels[k[inside]]
     return out
 
 
@@ -447,24 +464,29 @@ def subranges(nvtx: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
     One row per (globalPid, step, name): ns (summed durations), count, share (of the step's CPU time);
     numbered sub-ranges are grouped by family (``IO 12``, ``IO 13`` -> one ``IO {n}`` row).
+    Groups are formed on integer codes (step row x name code), so millions of ranges cost a few arrays.
     """
     cols = ["globalPid", "step", "name", "ns", "count", "share"]
     if steps.empty or nvtx.empty:
         return pd.DataFrame(columns=cols)
-    owner = _assign_to_ranges(nvtx["globalTid"].to_numpy(), nvtx["start"].to_numpy(), steps)
-    inside = owner >= 0
-    rows = nvtx[inside].assign(owner=owner[inside])
-    host = steps.loc[rows["owner"]].reset_index(drop=True)
-    rows = rows.reset_index(drop=True)
-    nested = (rows["end"].to_numpy() <= host["cpu_end"].to_numpy()) & ~(
-        (rows["start"].to_numpy() == host["cpu_start"].to_numpy()) & (rows["end"].to_numpy() == host["cpu_end"].to_numpy())
-    )
-    rows, host = rows[nested], host[nested]
-    rows = rows.assign(globalPid=host["globalPid"].to_numpy(), step=host["step"].to_numpy(),
-                       ns=(rows["end"] - rows["start"]).to_numpy(),
-                       step_ns=(host["cpu_end"] - host["cpu_start"]).to_numpy())
-    rows = rows.assign(name=group_name(rows["name"]))
-    out = rows.groupby(["globalPid", "step", "name"], sort=False).agg(
-        ns=("ns", "sum"), count=("ns", "size"), step_ns=("step_ns", "first")).reset_index()
-    out["share"] = out["ns"] / out["step_ns"].where(out["step_ns"] > 0)
-    return out[cols].sort_values(["globalPid", "step", "ns"], ascending=[True, True, False]).reset_index(drop=True)
+    start, end = nvtx["start"].to_numpy(), nvtx["end"].to_numpy()
+    owner = _assign_to_ranges(nvtx["globalTid"].to_numpy(), start, steps)
+    pos = steps.index.get_indexer(owner[owner >= 0])  # step label -> row position
+    rows = np.flatnonzero(owner >= 0)
+    del owner
+    s_start, s_end = steps["cpu_start"].to_numpy()[pos], steps["cpu_end"].to_numpy()[pos]
+    nested = (end[rows] <= s_end) & ~((start[rows] == s_start) & (end[rows] == s_end))
+    rows, pos, step_ns = rows[nested], pos[nested], (s_end - s_start)[nested]
+    del s_start, s_end, nested
+    name_code, names = pd.factorize(group_name(pd.Series(nvtx["name"].to_numpy()[rows])).to_numpy())
+    group, keys = pd.factorize(pos * np.int64(max(len(names), 1)) + name_code)  # groups in order of appearance
+    count = np.bincount(group, minlength=len(keys))
+    dur = (end[rows] - start[rows])[np.argsort(group, kind="stable")]
+    ns = np.add.reduceat(dur, np.cumsum(count) - count) if len(keys) else dur
+    g_pos = keys // max(len(names), 1)
+    g_step_ns = np.zeros(len(keys), dtype=np.int64)
+    g_step_ns[group] = step_ns
+    out = pd.DataFrame({"globalPid": steps["globalPid"].to_numpy()[g_pos], "step": steps["step"].to_numpy()[g_pos],
+                        "name": pd.array(np.asarray(names, dtype=object)[keys % max(len(names), 1)], dtype=str),
+                        "ns": ns, "count": count, "share": ns / np.where(g_step_ns > 0, g_step_ns, np.nan)})
+    return out.sort_values(["globalPid", "step", "ns"], ascending=[True, True, False]).reset_index(drop=True)
