@@ -6,6 +6,7 @@ Only click is imported up front: the analysis (pandas, numpy, SQLAlchemy) and th
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 import sys
