@@ -319,7 +319,8 @@ class Analysis:
             mine = steps.iloc[step_rows[(pid, dev)]] if (pid, dev) in step_rows else steps.iloc[:0]
             if not mine.empty:
                 m = M.steady_steps(mine).select_dtypes("number").median().to_dict()
-                m.update(copies_per_step(row, len(mine)))
+                if self._step_choice.source == "nvtx":  # windows of inferred steps partition the copies already
+                    m.update(copies_per_step(row, len(mine)))
                 scope = "step median"
             else:
                 m, scope = row.to_dict(), "capture"

@@ -164,13 +164,15 @@ BUSY_SHARE = 0.5         # without a period: step ranges' GPU spans hold this sh
 
 
 def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[int, np.ndarray] | None:
-    """Period of one device's repeating kernel sequence: (kernels per iteration, start times ns of the
-    anchor kernel's occurrences), or None when the sequence does not repeat.
+    """Period of one device's repeating kernel sequence: (kernels per iteration, iteration boundaries ns —
+    the end of the GPU work before each occurrence of the anchor kernel, i.e. where the GPU finished the
+    previous iteration), or None when the sequence does not repeat.
 
     A name is an anchor when it occurs at least MIN_REPEATS times at a regular spacing (in kernels:
     max - min within PERIOD_TOLERANCE of the median) spanning at least MIN_SPAN of the sequence.
-    The period is the longest such spacing (the outermost loop); among anchors with that spacing,
-    the one preceded by the longest GPU idle (the loop's natural boundary, e.g. the batch load) wins.
+    The period is the longest such spacing (the outermost loop). Iterations start at the kernel, at a fixed
+    offset from the anchor's occurrences, preceded by the longest median GPU idle (the loop's natural
+    boundary, e.g. waiting for the batch load).
     """
     order = np.argsort(starts, kind="stable")
     seq, t0, t1 = name_ids[order], starts[order], ends[order]
@@ -187,19 +189,27 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
                   & (stats["median"] * (stats["size"] + 1) >= MIN_SPAN * n)]
     if stats.empty:
         return None
-    period = stats["median"].max()
-    anchors = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()
+    period = int(round(stats["median"].max()))
+    anchor = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()[0]
+    # the iteration boundary: the kernel at the phase (offset from the anchor) with the longest median idle
+    # before it — where the loop waits for its next input, whichever kernel starts the iteration
     idle_before = np.concatenate(([0], t0[1:] - np.maximum.accumulate(t1)[:-1]))
-    is_anchor = np.isin(seq, anchors)
-    lead = pd.Series(idle_before[is_anchor]).groupby(seq[is_anchor]).median()
-    best = lead.idxmax()
-    return int(round(period)), t0[seq == best]
+    at = np.flatnonzero(seq == anchor)
+    pos = at[:, None] + np.arange(period)[None, :]
+    valid = pos < n
+    lead = np.where(valid, idle_before[np.minimum(pos, n - 1)], -1)
+    phase = int(np.argmax(np.median(lead[valid.all(axis=1)], axis=0) if valid.all(axis=1).any() else lead[0]))
+    first = np.concatenate(([at[0] + phase - period], at + phase))  # one more boundary before the first anchor
+    first = first[(first >= 0) & (first < n)]
+    done_before = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))  # GPU completion before each kernel
+    return period, np.minimum(done_before[first], t0[first])
 
 
 def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     """Steps inferred from each device's repeating kernel sequence (see :func:`kernel_period`): one window
-    per period, [anchor kernel start, next anchor start); columns as :func:`project_steps` plus
-    ``period_kernels``. CPU range = the window (every thread of the process)."""
+    per period, from one iteration boundary to the next (completion to completion, as NVTX steps; the
+    GPU idle before an iteration's first kernel is that iteration's); columns as :func:`project_steps`
+    plus ``period_kernels``. CPU range = the window (every thread of the process)."""
     cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels"]
     rows = []
     for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
@@ -209,9 +219,10 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
             continue
         period, marks = found
         a, b = marks[:-1], marks[1:]
+        closed = a > k["start"].min()  # a window opening at the capture's first kernel misses its wait: open
         rows.append(pd.DataFrame({"globalPid": pid, "globalTid": -1, "step": np.arange(a.size), "name": "",
                                   "cpu_start": a, "cpu_end": b, "deviceId": dev, "gpu_start": a, "gpu_end": b,
-                                  "window_start": a, "window_end": b, "closed": True, "period_kernels": period}))
+                                  "window_start": a, "window_end": b, "closed": closed, "period_kernels": period}))
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 

@@ -94,6 +94,12 @@ class Finding:
 Rule = Callable[[Evidence], "Finding | None"]
 
 
+def megabytes(n: float) -> str:
+    """Bytes as MB for titles: '201 MB', '1.3 MB', '0.05 MB'."""
+    mb = n / 1e6
+    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
+
+
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,
                  evidence: dict, fix: str, snippet: str, severity: str | None = None) -> Finding:
     """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low)."""
