@@ -31,18 +31,6 @@ FORMAT_VERSION = 2  # 2: trace.framework/step_source, gaps, NCCL by kind, alloc/
 
 
 @dataclass
-class StepChoice:
-    """How the steps were found: NVTX step rows (empty when inferred), their GPU windows, a label,
-    the source ('nvtx', 'inferred' or None) and the NVTX families rejected as not loop iterations."""
-
-    ranges: pd.DataFrame
-    windows: pd.DataFrame
-    label: str | None
-    source: str | None
-    rejected: list[str]
-
-
-@dataclass
 class TraceInfo:
     """Header facts of one export."""
 
@@ -106,28 +94,11 @@ class Analysis:
         return self.step_range is not None or bool(self._step_candidates)
 
     @cached_property
-    def _step_choice(self) -> StepChoice:
-        """The steps: ``--step-range``'s ranges; else the first NVTX candidate family whose projected
-        steps look like loop iterations (steps.is_loop_iteration); else steps inferred from the
-        repeating kernel sequence (steps.inferred_steps); else none."""
-        nvtx, rejected = self.trace.nvtx, []
-        if self.step_range is not None:
-            ranges, label = S.find_steps(nvtx, self.step_range)
-            return StepChoice(ranges, self._project(ranges), label, "nvtx", rejected)
-        for family in self._step_candidates:
-            ranges = S.family_ranges(nvtx, family)
-            windows = self._project(ranges)
-            if S.is_loop_iteration(windows, self._kernels):
-                return StepChoice(ranges, windows, family, "nvtx", rejected)
-            rejected.append(family)
+    def _step_choice(self) -> S.StepChoice:
+        """The steps (steps.choose_steps), once the tables are loaded (side by side, see _load_tables)."""
         self._load_tables()
-        inferred = S.inferred_steps(self._kernels)
-        empty = pd.DataFrame(columns=S.STEP_COLUMNS)
-        if inferred.empty:
-            return StepChoice(empty, S.project_steps(empty, [], []), None, None, rejected)
-        period = int(inferred["period_kernels"].iloc[0])
-        return StepChoice(empty, inferred.drop(columns="period_kernels"),
-                          f"kernel sequence (period {period} kernels)", "inferred", rejected)
+        return S.choose_steps(self.trace.nvtx, self.step_range, self._step_candidates, self._project,
+                              lambda: self._kernels)
 
     @property
     def _step_ranges(self) -> tuple[pd.DataFrame, str | None]:
@@ -225,7 +196,7 @@ class Analysis:
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
-        host, _ = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0])
+        host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0])
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, busy, host, A.sync_ends(runtime))
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), busy) for w in (steps, capture) if len(w)],

@@ -63,9 +63,8 @@ def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
 
 
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
-                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, int]]:
-    """Labelled host intervals (start, end, globalPid, level, cause) of every process, and each process's
-    primary thread (globalPid -> globalTid).
+                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame) -> pd.DataFrame:
+    """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS).
 
     ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
     alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
@@ -75,13 +74,12 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     launching = runtime["api"].to_numpy() == "launch"
     primary = _primary_threads(runtime[launching], step_ranges)
     launch_tids = set(np.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
-    names = pd.Series(api_names)
+    base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
     blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
     if blocking.any():
         rows = runtime[blocking]
-        parts.append(_labelled(rows, rt_pid[blocking], 0, names.reindex(rows["nameId"]).fillna("cuda call")
-                               .map(api_base_name).to_numpy()))
+        parts.append(_labelled(rows, rt_pid[blocking], 0, rows["nameId"].map(base_names).fillna("cuda call").to_numpy()))
     if launching.any():
         parts.append(_labelled(runtime[launching], rt_pid[launching], 2, np.full(int(launching.sum()), "kernel launch")))
     if len(osrt):
@@ -105,7 +103,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
             parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), 4, group_name(rows["name"]).to_numpy()))
     cols = ["start", "end", "globalPid", "level", "cause"]
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in cols})
-    return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8}), primary
+    return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
 
 
 def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause: np.ndarray) -> pd.DataFrame:

@@ -31,6 +31,8 @@ before it is not in the capture (capture start also perturbs it), so step median
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -153,6 +155,43 @@ def find_steps(nvtx: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataF
     if family is None:
         return pd.DataFrame(columns=STEP_COLUMNS), None
     return family_ranges(nvtx, family), family
+
+
+@dataclass
+class StepChoice:
+    """How the steps were found: NVTX step rows (empty when inferred), their GPU windows, a label,
+    the source ('nvtx', 'inferred' or None) and the NVTX families rejected as not loop iterations."""
+
+    ranges: pd.DataFrame
+    windows: pd.DataFrame
+    label: str | None
+    source: str | None
+    rejected: list[str]
+
+
+def choose_steps(nvtx: pd.DataFrame, pattern: str | None, candidates: list[str],
+                 project: Callable[[pd.DataFrame], pd.DataFrame], kernels: Callable[[], pd.DataFrame]) -> StepChoice:
+    """The steps: ``pattern``'s ranges (find_steps); else the first candidate family whose projected steps
+    look like loop iterations (is_loop_iteration); else steps inferred from the repeating kernel sequence
+    (inferred_steps); else none. ``project`` maps step rows to GPU windows; ``kernels()`` gives the kernels
+    (start, end, deviceId, globalPid, nameId)."""
+    rejected: list[str] = []
+    if pattern is not None:
+        ranges, label = find_steps(nvtx, pattern)
+        return StepChoice(ranges, project(ranges), label, "nvtx", rejected)
+    for family in candidates:
+        ranges = family_ranges(nvtx, family)
+        windows = project(ranges)
+        if is_loop_iteration(windows, kernels()):
+            return StepChoice(ranges, windows, family, "nvtx", rejected)
+        rejected.append(family)
+    inferred = inferred_steps(kernels())
+    empty = pd.DataFrame(columns=STEP_COLUMNS)
+    if inferred.empty:
+        return StepChoice(empty, project(empty), None, None, rejected)
+    period = int(inferred["period_kernels"].iloc[0])
+    return StepChoice(empty, inferred.drop(columns="period_kernels"), f"kernel sequence (period {period} kernels)",
+                      "inferred", rejected)
 
 
 # ---- steps from the GPU work itself ---------------------------------------------------
