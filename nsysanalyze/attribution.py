@@ -37,7 +37,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import Coverage, group_indices
+from .intervals import Coverage, group_indices, unique_sorted
 from .trace.tables import pid_of
 
 LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -73,7 +73,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
     launching = runtime["api"].to_numpy() == "launch"
     primary = _primary_threads(runtime[launching], step_ranges)
-    launch_tids = set(np.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
+    launch_tids = set(pd.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
     blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
@@ -226,7 +226,7 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
     points = [idle_s, idle_e, np.clip(hs, lo, hi), np.clip(he, lo, hi), np.clip(first_sync, lo, hi)]
     if len(steps):
         points += [steps["window_start"].to_numpy(np.int64), steps["first_launch"].to_numpy(np.int64)]
-    p = np.unique(np.concatenate(points))
+    p = unique_sorted(np.concatenate(points))
     seg_s, seg_e = p[:-1], p[1:]
     k = np.searchsorted(idle_s, seg_s, side="right") - 1
     idle = (k >= 0) & (seg_s < idle_e[np.maximum(k, 0)])
