@@ -1,6 +1,8 @@
 """Command line: a thin layer over :mod:`nsysanalyze.analysis` and the renderers.
 
 Exit codes: 0 success, 1 a ``compare --fail-on`` gate tripped, 2 bad input or usage.
+Only click is imported up front: the analysis (pandas, numpy, SQLAlchemy) and the renderers
+(rich, matplotlib) are imported by the commands that use them, so ``--help`` starts at once.
 """
 from __future__ import annotations
 
@@ -12,17 +14,13 @@ from importlib import resources
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from . import batch, ranks
-from .analysis import report as analyze
+from . import batch
 from .errors import InputError
 from .outputs import atomic_output, check_output
 from .render import json as json_render
-from .render import markdown as md_render
-from .render import ranks as ranks_render
 from .render.sanitize import printable
-from .render import terminal as term_render
+from .steplimit import DEFAULT_MAX_STEPS, binned, capped
 from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
@@ -32,6 +30,20 @@ EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 def example_path() -> Path:
     """The real trace bundled with the package (made by this project's training_workloads)."""
     return Path(str(resources.files("nsysanalyze") / "data" / EXAMPLE_TRACE))
+
+
+def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
+    """The whole pipeline on one file (analysis.report, imported on use: the CLI starts without pandas)."""
+    from .analysis import report
+
+    return report(path, step_range)
+
+
+def stat_input(path):
+    """trace.open.stat_input, imported on use (the trace package loads pandas)."""
+    from .trace.open import stat_input as stat_checked
+
+    return stat_checked(path)
 
 
 def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
@@ -56,12 +68,19 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     return paths
 
 
-def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
+def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: int = DEFAULT_MAX_STEPS) -> None:
     """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
-    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks")."""
+    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks"). Text and
+    markdown show at most ``max_steps`` step rows per report (JSON: every step)."""
+    from . import ranks
+    from .render import markdown as md_render
+    from .render import ranks as ranks_render
+
     view = None
     if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
         view = ranks.cross_rank(reports)
+    if fmt != "json":
+        reports = [capped(r, max_steps) for r in reports]
     if fmt == "json":
         doc = reports[0] if len(reports) == 1 else {"format_version": reports[0]["format_version"], "traces": reports}
         if view is not None:
@@ -71,6 +90,10 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
         text = "\n\n".join(md_render.render(r, sections) for r in reports)
         click.echo(text + ("\n\n" + ranks_render.render_markdown(view) if view is not None else ""))
     else:
+        from rich.console import Console
+
+        from .render import terminal as term_render
+
         console = Console(highlight=False)
         for r in reports:
             term_render.render(r, console, sections)
@@ -84,6 +107,7 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
     terminal and there is more than one file."""
     if len(paths) < 2 or not sys.stderr.isatty():
         return batch.analyze_many(paths, step_range, jobs, dask_address)
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("analyzing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -95,6 +119,9 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
 
 STEP_RANGE = click.option("--step-range", metavar="REGEX",
                           help="NVTX range name regex that marks a step (default: auto).")
+MAX_STEPS = click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True,
+                         help="Step rows shown in tables (first and last) and bars in charts (means of "
+                              "consecutive steps) beyond this many; JSON keeps every step.")
 
 
 def _set_nsys_timeout(ctx, param, value):
@@ -108,6 +135,7 @@ NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_o
 
 
 def common_options(f):
+    f = MAX_STEPS(f)
     f = NSYS_TIMEOUT(STEP_RANGE(f))
     f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
@@ -127,7 +155,7 @@ def cli():
 @click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
               help="Analyze the exports on this Dask cluster instead (pip install 'nsysanalyze[dask]'; "
                    "the workers must see the files at the same paths).")
-def diagnose(files, fmt, step_range, example, jobs, dask_address):
+def diagnose(files, fmt, step_range, max_steps, example, jobs, dask_address):
     """Summary, per-step table and ranked findings with fixes.
 
     Several FILES (or a directory of them: one export per rank) are analyzed in parallel and followed
@@ -135,21 +163,21 @@ def diagnose(files, fmt, step_range, example, jobs, dask_address):
     A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
     """
     reports = analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address)
-    emit(reports, fmt, ("summary", "steps", "findings", "ranks"))
+    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), max_steps)
 
 
 @cli.command()
 @common_options
-def summary(files, fmt, step_range, example):
+def summary(files, fmt, step_range, max_steps, example):
     """Whole-capture metrics per device (and per-step medians)."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",))
+    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",), max_steps)
 
 
 @cli.command()
 @common_options
-def steps(files, fmt, step_range, example):
+def steps(files, fmt, step_range, max_steps, example):
     """Per-step table: GPU window, idle, copies, NCCL, CPU sub-ranges."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",))
+    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",), max_steps)
 
 
 FORCE = click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input file).")
@@ -190,7 +218,15 @@ def _gate_names_epilog() -> str:
             f"Gate metric names: {names}")
 
 
-@cli.command("compare", epilog=_gate_names_epilog())
+class GateNamesCommand(click.Command):
+    """A command whose epilog lists the gate metric names, built only when help is shown (imports pandas)."""
+
+    def format_epilog(self, ctx, formatter):
+        self.epilog = _gate_names_epilog()
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command("compare", cls=GateNamesCommand)
 @click.argument("base")
 @click.argument("new")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
@@ -221,6 +257,8 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     elif fmt == "markdown":
         click.echo(compare_render.render_markdown(result), nl=False)
     else:
+        from rich.console import Console
+
         compare_render.render_text(result, Console(highlight=False))
     if result["tripped"]:
         ctx.exit(1)
@@ -231,8 +269,9 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
 @FORCE
 @STEP_RANGE
+@MAX_STEPS
 @NSYS_TIMEOUT
-def plot_cmd(files, out, force, step_range):
+def plot_cmd(files, out, force, step_range, max_steps):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
     Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
@@ -244,7 +283,7 @@ def plot_cmd(files, out, force, step_range):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
     paths = expand_inputs(files, False)
     target = check_output(out, paths, force)
-    reports = [load_report(str(p), step_range) for p in paths]
+    reports = [binned(load_report(str(p), step_range), max_steps) for p in paths]
     with atomic_output(target) as tmp:
         plot.save(reports, tmp)
     click.echo(f"wrote {out}")
@@ -256,8 +295,9 @@ def plot_cmd(files, out, force, step_range):
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
 @FORCE
 @STEP_RANGE
+@MAX_STEPS
 @NSYS_TIMEOUT
-def report_cmd(file, baseline, out, force, step_range):
+def report_cmd(file, baseline, out, force, step_range, max_steps):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare
     from .render import html as html_render
@@ -266,8 +306,8 @@ def report_cmd(file, baseline, out, force, step_range):
     target = check_output(out, [file, baseline] if baseline else [file], force)
     new = load_report(file, step_range)
     base = load_report(baseline, step_range) if baseline else None
-    chart = plot.svg([base, new] if base else [new])
-    page = html_render.render(new, chart, compare(base, new) if base else None)
+    chart = plot.svg([binned(r, max_steps) for r in ([base, new] if base else [new])])
+    page = html_render.render(capped(new, max_steps), chart, compare(base, new) if base else None)
     with atomic_output(target) as tmp:
         tmp.write_text(page, encoding="utf-8")
     click.echo(f"wrote {out}")

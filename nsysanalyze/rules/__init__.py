@@ -94,6 +94,12 @@ class Finding:
 Rule = Callable[[Evidence], "Finding | None"]
 
 
+def megabytes(n: float) -> str:
+    """Bytes as MB for titles: '201 MB', '1.3 MB', '0.05 MB'."""
+    mb = n / 1e6
+    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
+
+
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,
                  evidence: dict, fix: str, snippet: str, severity: str | None = None) -> Finding:
     """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low)."""
@@ -114,6 +120,7 @@ def all_rules() -> list[Rule]:
 # Rules whose gain is GPU idle they explain (the others remove busy time: copies, exposed NCCL)
 IDLE_RULES = {"dataloader-workers", "pin-memory", "launch-bound", "dtoh-sync", "host-sync"}
 UNEXPLAINED_IDLE = 0.20   # GPU idle share of the step that must be explained
+SIGNIFICANT_PCT = 5.0     # a finding this large (% of the step) silences input-pipeline-ok
 EXPLAINED_SHARE = 0.5     # ...at least this share of it by the idle rules' findings
 
 
@@ -123,7 +130,10 @@ def diagnose(evidence: list[Evidence]) -> list[Finding]:
     findings = []
     for ev in evidence:
         mine = [f for rule in all_rules() if (f := rule(ev)) is not None]
-        findings += mine + [f for f in [unexplained_idle(ev, mine)] if f is not None]
+        mine += [f for f in [unexplained_idle(ev, mine)] if f is not None]
+        if any(f.gain_pct >= SIGNIFICANT_PCT for f in mine):  # "nothing to fix here" only when nothing else is big
+            mine = [f for f in mine if f.rule != "input-pipeline-ok"]
+        findings += mine
     return sorted(findings, key=lambda f: (-f.gain_ns, SEVERITY_ORDER[f.severity], f.rule))
 
 

@@ -7,7 +7,7 @@ Pageable host-to-device copies sync too (PyTorch's blocking .to()): that idle is
 """
 from __future__ import annotations
 
-from . import Evidence, Finding, make_finding
+from . import Evidence, Finding, make_finding, megabytes
 from .fixes import pick
 
 MIN_SHARE = 0.05       # stall (exposed copy + post-sync idle) worth fixing, as a share of the step
@@ -78,10 +78,9 @@ def dtoh_sync(ev: Evidence) -> Finding | None:
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(DTOH_FIX, ev.framework)
-    mb = ev.get("dtoh_bytes") / 1e6
     return make_finding(
         ev, "dtoh-sync",
-        f"Device-to-host copies stall every {ev.per}: {mb:.1f} MB copied back ({exposed / 1e6:.1f} ms not hidden "
+        f"Device-to-host copies stall every {ev.per}: {megabytes(ev.get('dtoh_bytes'))} copied back ({exposed / 1e6:.1f} ms not hidden "
         f"under compute), then the GPU waits {post_sync / 1e6:.1f} ms after host syncs",
         confidence=0.85 if ev.get("dtoh_pageable_bytes") > 0 or post_sync > 0 else 0.7,
         gain_ns=stall,

@@ -77,10 +77,6 @@ class Trace:
         """Whether any string of the export (kernel, API, range names) matches the SQL LIKE ``pattern``."""
         return tables.any_string_like(self.conn, self.schema, pattern)
 
-    def kernel_on_stream(self, global_pid: int, device: int, stream: int) -> bool:
-        """Whether any kernel ran on this (process, device, stream)."""
-        return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
-
     @cached_property
     def nvtx(self) -> pd.DataFrame:
         return tables.nvtx_ranges(self.conn, self.schema)
