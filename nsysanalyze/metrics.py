@@ -112,12 +112,6 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
     return out
 
 
-def _coverage(frame: pd.DataFrame, mask: np.ndarray | None = None) -> Coverage:
-    if mask is None:
-        return Coverage(frame["start"].to_numpy(), frame["end"].to_numpy())
-    return Coverage(frame["start"].to_numpy()[mask], frame["end"].to_numpy()[mask])
-
-
 EMPTY = Coverage(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
@@ -284,14 +278,18 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
     if munmap.empty:
         return out
     mm_tid = munmap["globalTid"].to_numpy()
+    starts, ends = munmap["start"].to_numpy(), munmap["end"].to_numpy()
+    by_thread, by_process = dict(group_indices(mm_tid)), dict(group_indices(pid_of(mm_tid)))  # grouped once
+    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
     for (pid, dev, tid), idx in windows.groupby(["globalPid", "deviceId", "globalTid"]).indices.items():
-        mine = pid_of(mm_tid) == pid if tid < 0 else mm_tid == tid
+        key = (pid,) if tid < 0 else (tid,)
+        groups = by_process if tid < 0 else by_thread
         busy = busy_by_device.get((pid, dev))
-        if busy is None or not mine.any():
+        if busy is None or key not in groups:
             continue
-        mm = _coverage(munmap, mine)
-        a = windows["window_start"].to_numpy()[idx]
-        b = windows["window_end"].to_numpy()[idx]
+        rows = groups[key]
+        mm = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
+        a, b = w_start[idx], w_end[idx]
         out[idx] = mm.within(a, b) - intersection_within(mm, busy, a, b)  # |munmap - busy|
     return out
 

@@ -182,3 +182,27 @@ def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path
         expected = subranges_by_pandas(nvtx, steps)
         assert len(expected) or variant != "real"
         pd.testing.assert_frame_equal(S.subranges(nvtx, steps), expected)
+
+
+@pytest.mark.parametrize("rel", ["public/pipit__perlmutter-cloverleaf-cuda.sqlite", "public/kamalchowdhury326__report1.sqlite",
+                                 "public/bwyogatama__report1.sqlite"])
+def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
+    """metrics._munmap_gpu_idle groups the munmap calls once; the reference masks them per window."""
+    from nsysanalyze import metrics as M
+    from nsysanalyze.intervals import Coverage, intersection_within
+    with nsysanalyze.open(shared_trace(rel)) as a:
+        summary, munmap = a.summary(), a.trace.osrt(("munmap",))
+        busy = M.busy_coverage(a.trace.kernels, a.trace.memcpys, a.trace.memsets)
+    windows = summary.assign(globalTid=-1)[["globalPid", "deviceId", "globalTid", "window_start", "window_end"]]
+    tid = munmap["globalTid"].to_numpy()
+    expected = []
+    for w in windows.itertuples(index=False):
+        mine = (tid & ~np.int64(0xFFFFFF)) == w.globalPid
+        if not mine.any() or (w.globalPid, w.deviceId) not in busy:
+            expected.append(0)
+            continue
+        mm = Coverage(munmap["start"].to_numpy()[mine], munmap["end"].to_numpy()[mine])
+        a_, b_ = np.array([w.window_start]), np.array([w.window_end])
+        expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
+    assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
+    assert summary["munmap_gpu_idle_ns"].tolist() == expected
