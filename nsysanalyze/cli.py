@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import sys
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,9 @@ import click
 
 from . import batch
 from .errors import InputError
+from .outputs import atomic_output, check_output
 from .render import json as json_render
+from .render.sanitize import printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
 
 FORMATS = click.Choice(["text", "json", "markdown"])
@@ -29,22 +32,17 @@ def example_path() -> Path:
 
 
 def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
-    """Run the whole pipeline on one file; any failure becomes a one-line InputError naming the file."""
-    from .analysis import Analysis
+    """The whole pipeline on one file (analysis.report, imported on use: the CLI starts without pandas)."""
+    from .analysis import report
 
-    try:
-        with Analysis(path, step_range=step_range) as a:
-            return a.to_dict()
-    except InputError:
-        raise
-    except sqlite3.DatabaseError as e:
-        raise InputError(f"{path}: corrupted or unreadable SQLite export ({e})") from None
-    except MemoryError:
-        raise InputError(f"{path}: out of memory while analyzing") from None
-    except Exception as e:  # never a traceback for a bad file; NSYSANALYZE_DEBUG=1 shows it
-        if os.environ.get("NSYSANALYZE_DEBUG"):
-            raise
-        raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
+    return report(path, step_range)
+
+
+def stat_input(path):
+    """trace.open.stat_input, imported on use (the trace package loads pandas)."""
+    from .trace.open import stat_input as stat_checked
+
+    return stat_checked(path)
 
 
 def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
@@ -52,10 +50,15 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     paths = [example_path()] if example else []
     for f in files:
         p = Path(f)
-        if p.is_dir():
-            inside = sorted(p.glob("*.sqlite"))
+        if stat.S_ISDIR(stat_input(p).st_mode):
+            try:
+                inside = sorted(p / n for n in os.listdir(p) if n.endswith(".sqlite") and not n.startswith("."))
+            except OSError as e:
+                raise InputError(f"{p}: cannot list this directory ({e.strerror})") from None
             if not inside:
                 raise InputError(f"{p}: is a directory with no .sqlite exports in it")
+            for q in inside:
+                stat_input(q)  # a FIFO or device among them: refused now, never opened
             paths += inside
         else:
             paths.append(p)
@@ -166,15 +169,19 @@ def steps(files, fmt, step_range, max_steps, example):
     emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",), max_steps)
 
 
+FORCE = click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input file).")
+
+
 @cli.command("redact")
 @click.argument("src", metavar="IN")
 @click.argument("dst", metavar="OUT")
-def redact_cmd(src, dst):
+@FORCE
+def redact_cmd(src, dst, force):
     """Copy IN to OUT without environment, absolute paths, host and user names (IN is never modified)."""
     from .trace.redact import redact
 
     try:
-        removed = redact(src, dst)
+        removed = redact(src, dst, force=force)
     except sqlite3.DatabaseError as e:
         raise InputError(f"{src}: corrupted or unreadable SQLite export ({e})") from None
     what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in removed.items() if n) or "nothing to remove"
@@ -187,6 +194,7 @@ def load_report(path: str, step_range: str | None) -> dict:
         return analyze(path, step_range)
     import json
 
+    stat_input(path)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -257,9 +265,10 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @cli.command("plot")
 @click.argument("files", nargs=-1, required=True)
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
+@FORCE
 @STEP_RANGE
 @MAX_STEPS
-def plot_cmd(files, out, step_range, max_steps):
+def plot_cmd(files, out, force, step_range, max_steps):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
     Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
@@ -269,33 +278,34 @@ def plot_cmd(files, out, step_range, max_steps):
 
     if not out.lower().endswith(plot.FORMATS):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
-    reports = [binned(load_report(str(p), step_range), max_steps) for p in expand_inputs(files, False)]
-    click.echo(f"wrote {plot.save(reports, out)}")
+    paths = expand_inputs(files, False)
+    target = check_output(out, paths, force)
+    reports = [binned(load_report(str(p), step_range), max_steps) for p in paths]
+    with atomic_output(target) as tmp:
+        plot.save(reports, tmp)
+    click.echo(f"wrote {out}")
 
 
 @cli.command("report")
 @click.argument("file")
 @click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
+@FORCE
 @STEP_RANGE
 @MAX_STEPS
-def report_cmd(file, baseline, out, step_range, max_steps):
+def report_cmd(file, baseline, out, force, step_range, max_steps):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare
     from .render import html as html_render
     from .render import plot
 
-    target = Path(out)
-    if target.is_dir() or not target.parent.resolve().is_dir():
-        raise InputError(f"{out}: give the path of the HTML file to write (its folder must exist)")
+    target = check_output(out, [file, baseline] if baseline else [file], force)
     new = load_report(file, step_range)
     base = load_report(baseline, step_range) if baseline else None
     chart = plot.svg([binned(r, max_steps) for r in ([base, new] if base else [new])])
     page = html_render.render(capped(new, max_steps), chart, compare(base, new) if base else None)
-    try:
-        target.write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{out}: cannot write ({e.strerror})") from None
+    with atomic_output(target) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     click.echo(f"wrote {out}")
 
 
@@ -309,10 +319,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("nsysanalyze: aborted", err=True)
         rc = 130
     except click.UsageError as e:
-        click.echo(f"nsysanalyze: error: {e.format_message()} (see --help)", err=True)
+        click.echo(f"nsysanalyze: error: {printable(e.format_message())} (see --help)", err=True)
         rc = 2
     except InputError as e:
-        click.echo(f"nsysanalyze: error: {e}", err=True)
+        click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
         rc = 2
     except BrokenPipeError:
         sys.stderr.close()

@@ -1,6 +1,7 @@
 """Markdown renderer (for PR comments): header, notes, summary, steps, findings with fixes."""
 from __future__ import annotations
 
+from .sanitize import code_span, for_markdown
 from .format import STEP_COLUMNS, summary_cells, device_label, evidence_value, ms, pct, step_cells, subrange_table
 
 
@@ -12,11 +13,12 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render(report: dict, sections=("summary", "steps", "findings")) -> str:
+    report = for_markdown(report)  # trace strings shown literally, never as markdown
     t = report["trace"]
-    out = [f"## nsysanalyze: `{t['path']}`", "",
+    out = [f"## nsysanalyze: {code_span(t['path'])}", "",
            f"nsys {t['nsys_version'] or '?'} (schema {t['schema_version'] or '?'}), "
            f"{len(t['processes'])} process(es), {len(t['devices'])} GPU(s)"
-           + (f", step range `{t['step_family']}`" if t.get("step_family") else ""), ""]
+           + (f", step range {code_span(t['step_family'])}" if t.get("step_family") else ""), ""]
     out += [f"> {n}" for n in report["notes"]] + ([""] if report["notes"] else [])
     devices = report["summary"]["devices"]
     if "summary" in sections and devices:

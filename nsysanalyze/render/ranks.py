@@ -7,6 +7,7 @@ from rich.text import Text
 
 from ..ranks import STRAGGLER_MIN_SHARE
 from .format import count, ms, pct
+from .sanitize import for_markdown, for_text
 
 MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread first
 
@@ -54,6 +55,7 @@ def verdict(view: dict) -> list[str]:
 
 
 def render_text(view: dict, console: Console) -> None:
+    view = for_text(view)
     table = Table(title="Ranks", title_justify="left")
     fastest = view["summary"].get("step_ns_min")
     for i, h in enumerate(RANK_HEADERS):
@@ -80,6 +82,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(view: dict) -> str:
+    view = for_markdown(view)
     fastest = view["summary"].get("step_ns_min")
     out = ["## Ranks", ""] + _md_table(RANK_HEADERS, [_rank_cells(r, fastest) for r in view["ranks"]]) + [""]
     steps = _step_rows(view)

@@ -8,6 +8,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from .sanitize import for_text
 from .format import STEP_COLUMNS, summary_cells, device_label, evidence_value, ms, pct, step_cells, subrange_table
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
@@ -21,6 +22,7 @@ def header(report: dict) -> Panel:
         ("nsys ", "dim"), f"{t['nsys_version'] or '?'}", ("  schema ", "dim"), f"{t['schema_version'] or '?'}",
         ("\nprocesses ", "dim"), procs, ("\nGPUs ", "dim"), f"{gpus} ({len(t['devices'])} in use)",
         ("\nsteps ", "dim"), t.get("step_family") or "none found (one window per device)",
+        ("\nprogram ", "dim"), t.get("framework", "unknown") + (" + MPI" if t.get("mpi") else ""),
     )
     return Panel(body, title=Text(t["path"]), title_align="left")
 
@@ -62,15 +64,39 @@ def subranges_table(report: dict) -> Table | None:
     return table
 
 
+def gaps_table(report: dict) -> Table | None:
+    """Where the GPU waited: the top idle causes per device (attribution)."""
+    rows = report.get("gaps") or []
+    if not rows:
+        return None
+    table = Table(title="Where the GPU waited (idle per step median, or whole capture)", title_justify="left")
+    for c in ("device", "cause", "kind", "idle", "before 1st launch", "after sync"):
+        table.add_column(c, justify="left" if c in ("device", "cause", "kind") else "right", overflow="fold")
+    labels = {(d["globalPid"], d.get("deviceId", d.get("device"))): device_label(d, report["trace"]["processes"]) for d in report["summary"]["devices"]}
+    shown: dict = {}
+    for r in rows:
+        key = (r["globalPid"], r["deviceId"])
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= 5:
+            table.add_row(labels.get(key, ""), Text(str(r["cause"])), r["cause_kind"], ms(r["ns"]),
+                          ms(r["before_launch_ns"]), ms(r["after_sync_ns"]))
+    return table
+
+
+SNIPPET_LEXER = {"cuda": "c", "openmp": "c"}
+
+
 def findings_panels(report: dict) -> list[Panel]:
     panels = []
+    lexer = SNIPPET_LEXER.get(report["trace"].get("framework", ""), "python")
     for i, f in enumerate(report["findings"], 1):
-        gain = f"up to {ms(f['gain_ns'])} ({f['gain_pct']:.1f}% of the step)" if f["gain_ns"] else "no gain expected"
+        per = "step" if f["scope"] == "step median" else "capture"
+        gain = f"up to {ms(f['gain_ns'])} ({f['gain_pct']:.1f}% of the {per})" if f["gain_ns"] else "no gain expected"
         lines: list = [Text(f["title"], style="bold")]
         lines += [Text.assemble((f"  {k}: ", "dim"), evidence_value(k, v)) for k, v in f["evidence"].items()]
         lines.append(Text.assemble(("Fix: ", "bold"), f["fix"]))
         if f["snippet"]:
-            lines.append(Syntax(f["snippet"], "python", theme="ansi_dark", background_color="default"))
+            lines.append(Syntax(f["snippet"], lexer, theme="ansi_dark", background_color="default"))
         title = (f"{i}. [{SEVERITY_STYLE[f['severity']]}]{escape(f['rule'])}[/] · {f['severity']} · "
                  f"confidence {f['confidence']:.0%} · {gain}")
         panels.append(Panel(Group(*lines), title=title, title_align="left"))
@@ -78,6 +104,7 @@ def findings_panels(report: dict) -> list[Panel]:
 
 
 def render(report: dict, console: Console, sections=("summary", "steps", "findings")) -> None:
+    report = for_text(report)  # trace strings printed, never obeyed
     console.print(header(report))
     for note in report["notes"]:
         console.print(Text("note: ", style="yellow") + Text(note))
@@ -86,6 +113,8 @@ def render(report: dict, console: Console, sections=("summary", "steps", "findin
         parts.append(summary_table(report))
     if "steps" in sections:
         parts += [steps_table(report), subranges_table(report)]
+    if "findings" in sections:
+        parts.append(gaps_table(report))
     for part in parts:
         if part is not None:
             console.print(part)
