@@ -35,20 +35,22 @@ NSYS_AI = Path("/work/bench_venv/bin/nsys-ai")
 
 
 def timed(cmd: list[str], cwd: Path, timeout: float) -> dict:
-    """Run ``cmd`` under /usr/bin/time; wall seconds, peak RSS (MB), exit code, last stderr line."""
+    """Run ``cmd`` under /usr/bin/time; wall seconds, CPU seconds (user + system), peak RSS (MB), exit code,
+    last stderr line."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         # its own process group, so a timeout stops the tool itself, not only /usr/bin/time
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M", "-o", tf.name, *cmd], cwd=cwd,
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M %U %S", "-o", tf.name, *cmd], cwd=cwd,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return {"wall_s": None, "rss_mb": None, "rc": "timeout", "note": f"killed after {timeout:.0f} s"}
-        fields = (tf.read().strip().splitlines() or ["nan nan"])[-1].split()
+            return {"wall_s": None, "cpu_s": None, "rss_mb": None, "rc": "timeout", "note": f"killed after {timeout:.0f} s"}
+        fields = (tf.read().strip().splitlines() or ["nan nan nan nan"])[-1].split()
     err = [line for line in stderr.splitlines() if line.strip()]
-    return {"wall_s": float(fields[0]), "rss_mb": float(fields[1]) / 1024, "rc": proc.returncode,
+    return {"wall_s": float(fields[0]), "cpu_s": float(fields[2]) + float(fields[3]), "rss_mb": float(fields[1]) / 1024,
+            "rc": proc.returncode,
             "note": err[-1][:160] if proc.returncode and err else ""}
 
 
@@ -79,7 +81,8 @@ def median_run(runs: list[dict]) -> dict:
     ok = [r for r in runs if r["rc"] == 0]
     if not ok:
         return runs[-1]
-    return {"wall_s": statistics.median(r["wall_s"] for r in ok), "rss_mb": max(r["rss_mb"] for r in ok),
+    return {"wall_s": statistics.median(r["wall_s"] for r in ok), "cpu_s": statistics.median(r["cpu_s"] for r in ok),
+            "rss_mb": max(r["rss_mb"] for r in ok),
             "rc": 0, "note": f"median of {len(ok)}" if len(ok) > 1 else "", "runs": [r["wall_s"] for r in ok]}
 
 
@@ -106,18 +109,19 @@ def bench(path: Path, args) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| export | GPU activities | tool | wall (s) | peak RSS (MB) | wall vs nsysanalyze | RSS vs nsysanalyze |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+    lines = ["| export | GPU activities | tool | wall (s) | CPU (s) | peak RSS (MB) | wall vs nsysanalyze | "
+             "CPU vs nsysanalyze | RSS vs nsysanalyze |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         base = r["tools"].get("nsysanalyze", {})
         for tool, m in r["tools"].items():
             if m["rc"] != 0:
-                lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['rc']} | - | - | - |")
+                lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['rc']} | - | - | - | - | - |")
                 continue
-            ratio = f"{m['wall_s'] / base['wall_s']:.1f}x" if base.get("wall_s") else "-"
-            rss = (f"{m['rss_mb'] / base['rss_mb']:.1f}x" if base.get("rss_mb") else "-")
+
+            def ratio(key: str) -> str:
+                return f"{m[key] / base[key]:.2f}x" if base.get(key) else "-"
             lines.append(f"| {Path(r['file']).name} | {r['gpu_activities']:,} | {tool} | {m['wall_s']:.2f} | "
-                         f"{m['rss_mb']:.0f} | {ratio} | {rss} |")
+                         f"{m['cpu_s']:.2f} | {m['rss_mb']:.0f} | {ratio('wall_s')} | {ratio('cpu_s')} | {ratio('rss_mb')} |")
     return "\n".join(lines)
 
 

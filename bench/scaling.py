@@ -19,9 +19,10 @@ and changes only that dimension, over 5 points that double it (x1 .. x16):
 - ``processes``: the same trace's GPU activities and runtime calls spread over P processes.
 
 Every point runs ``nsysanalyze diagnose --format json FILE`` under ``/usr/bin/time`` (``--runs``
-times: median wall, largest peak RSS), in a subprocess, as a user runs it. Prints per dimension the
-wall and RSS of each point and their ratio to the previous point; a doubling within 1.3x of linear
-costs at most 2.6x. Files go to ``--work`` (default /work/bench_data/scaling), built once and reused.
+times: median wall and CPU, largest peak RSS), in a subprocess, as a user runs it. Prints per dimension the
+wall, CPU (user + system: what contention on a shared machine disturbs least) and RSS of each point
+and their ratio to the previous point; a doubling within 1.3x of linear costs at most 2.6x CPU and RSS.
+Files go to ``--work`` (default /work/bench_data/scaling), built once and reused.
 """
 from __future__ import annotations
 
@@ -167,8 +168,9 @@ def measure(path: Path, runs: int, timeout: float) -> dict:
     got = [timed(cmd, ROOT, timeout) for _ in range(runs)]
     ok = [g for g in got if g["rc"] == 0]
     if not ok:
-        return {"wall_s": None, "rss_mb": None, "note": got[-1]["note"] or str(got[-1]["rc"])}
-    return {"wall_s": statistics.median(g["wall_s"] for g in ok), "rss_mb": max(g["rss_mb"] for g in ok), "note": ""}
+        return {"wall_s": None, "cpu_s": None, "rss_mb": None, "note": got[-1]["note"] or str(got[-1]["rc"])}
+    return {"wall_s": statistics.median(g["wall_s"] for g in ok), "cpu_s": statistics.median(g["cpu_s"] for g in ok),
+            "rss_mb": max(g["rss_mb"] for g in ok), "note": ""}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     results, verdicts = {}, []
-    print("| dimension | size | wall (s) | peak RSS (MB) | wall / previous | RSS / previous |\n|---|---:|---:|---:|---:|---:|")
+    print("| dimension | size | wall (s) | CPU (s) | peak RSS (MB) | wall / previous | CPU / previous | RSS / previous |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
     for dim in args.dims.split(","):
         first = DIMENSIONS[dim][2]
         rows, worst = [], 0.0
@@ -189,20 +192,20 @@ def main(argv: list[str] | None = None) -> None:
             size = first * 2 ** i
             m = measure(make_point(args.work, dim, size), args.runs, args.timeout)
             prev = rows[-1] if rows else None
-            ratios = ("-", "-")
+            ratios = ("-", "-", "-")
             if prev and prev["wall_s"] and m["wall_s"]:
-                w, r = m["wall_s"] / prev["wall_s"], m["rss_mb"] / prev["rss_mb"]
-                worst = max(worst, w, r)
-                ratios = (f"{w:.2f}x", f"{r:.2f}x")
-            wall = f"{m['wall_s']:.2f}" if m["wall_s"] else m["note"]
+                w, c, r = m["wall_s"] / prev["wall_s"], m["cpu_s"] / prev["cpu_s"], m["rss_mb"] / prev["rss_mb"]
+                worst = max(worst, c, r)
+                ratios = (f"{w:.2f}x", f"{c:.2f}x", f"{r:.2f}x")
+            wall = f"{m['wall_s']:.2f} | {m['cpu_s']:.2f}" if m["wall_s"] else f"{m['note']} | -"
             rss = f"{m['rss_mb']:.0f}" if m["rss_mb"] else "-"
-            print(f"| {dim} | {size:,} {UNITS[dim]} | {wall} | {rss} | {ratios[0]} | {ratios[1]} |", flush=True)
+            print(f"| {dim} | {size:,} {UNITS[dim]} | {wall} | {rss} | {' | '.join(ratios)} |", flush=True)
             rows.append({"size": size, **m})
             if not m["wall_s"]:
                 worst = float("inf")
                 break
         results[dim] = rows
-        verdicts.append(f"{dim}: worst doubling {worst:.2f}x "
+        verdicts.append(f"{dim}: worst doubling of CPU or RSS {worst:.2f}x "
                         f"({'within' if worst <= 2 * LINEAR_SLACK else 'NOT within'} {LINEAR_SLACK}x of linear)")
     print("\n" + "\n".join(verdicts))
     out = ROOT / "bench" / "out" / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}.json"

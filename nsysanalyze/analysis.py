@@ -193,6 +193,8 @@ class Analysis:
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
+        self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
+        self.__dict__["_kernels"] = self._kernels.drop(columns="streamId")
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
@@ -204,8 +206,7 @@ class Analysis:
         del busy, host, runtime
         for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
-        self._htod_on_kernel_streams  # noqa: B018 (needs the kernels' streams: before they are dropped)
-        kernels = self._kernels.drop(columns=["correlationId", "streamId"], errors="ignore")
+        kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
         self.__dict__.pop("_memsets", None)

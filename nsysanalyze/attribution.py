@@ -25,7 +25,9 @@ the most launch calls. Launching threads are those that made any launch call.
 Each idle ns is also tagged ``before_launch`` when it lies inside a step's CPU range before the
 step's first call that puts work on the GPU (preparing the step — e.g. loading the batch — while
 the GPU waits), and ``after_sync`` when it lies in an idle interval after a host synchronization
-returned in it (a sync drains the GPU's queue: until the host launches again the GPU waits).
+returned in it (a sync drains the GPU's queue: until the host launches again the GPU waits), and
+``short_gap`` when its idle interval is shorter than SHORT_GAP_NS (the µs gaps between the kernels
+of a loop the host cannot feed fast enough).
 
 Cost: one sort of the merged boundaries per device and a searchsorted per precedence level:
 linear in events after the sort.
@@ -47,7 +49,7 @@ OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|s
                      r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
                      r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
 SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch/dispatch gaps
-GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "ns"]
+GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "short_gap", "ns"]
 SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
 
 
@@ -241,6 +243,7 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
     k = np.searchsorted(idle_s, seg_s, side="right") - 1
     idle = (k >= 0) & (seg_s < idle_e[np.maximum(k, 0)])
     seg_s, seg_e, after = seg_s[idle], seg_e[idle], seg_s[idle] >= first_sync[k[idle]]
+    short = (idle_e - idle_s)[k[idle]] < SHORT_GAP_NS
     if len(host):
         cause_codes, causes = host["cause"].cat.codes.to_numpy(np.int64), host["cause"].cat.categories
     else:
@@ -265,8 +268,8 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
         before[hit] = (seg_s[hit] >= cpu_s) & (seg_s[hit] < first)
     names = np.asarray(causes, dtype=object)
     frame = pd.DataFrame({"step": step, "level": level, "cause": cause, "before_launch": before, "after_sync": after,
-                          "ns": seg_e - seg_s})
-    frame = frame.groupby(["step", "level", "cause", "before_launch", "after_sync"], as_index=False)["ns"].sum()
+                          "short_gap": short, "ns": seg_e - seg_s})
+    frame = frame.groupby(["step", "level", "cause", "before_launch", "after_sync", "short_gap"], as_index=False)["ns"].sum()
     code = frame["cause"].to_numpy()
     frame["cause"] = np.where(code >= 0, names[np.maximum(code, 0)] if names.size else "", UNTRACED)
     frame["cause_kind"] = np.array(LEVELS, dtype=object)[frame["level"].to_numpy()]
@@ -294,18 +297,21 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
     return out
 
 
-SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns"]
+SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns", "short_gap_ns", "short_after_sync_ns"]
 
 
 def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], pd.DataFrame]:
     """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
     steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
-    ``before_launch_ns`` and ``after_sync_ns``, the same statistic restricted to those tags."""
+    ``before_launch_ns``, ``after_sync_ns``, ``short_gap_ns`` and ``short_after_sync_ns`` (short gaps after a
+    sync), the same statistic restricted to those tags."""
     out = {}
     for (pid, dev), g in (gaps.groupby(["globalPid", "deviceId"]) if len(gaps) else []):
         chosen = steady_steps.get((int(pid), int(dev)))
-        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0))
-        values = ["ns", "before_launch_ns", "after_sync_ns"]
+        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0),
+                     short_gap_ns=g["ns"].where(g["short_gap"], 0),
+                     short_after_sync_ns=g["ns"].where(g["short_gap"] & g["after_sync"], 0))
+        values = SUMMARY_COLUMNS[2:]
         if chosen:
             per_step = g[g["step"].isin(chosen)].groupby(["cause_kind", "cause", "step"])[values].sum()
             per_step = per_step.unstack("step", fill_value=0).reindex(columns=pd.MultiIndex.from_product(

@@ -58,6 +58,8 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new = np.empty(starts.size, dtype=bool)
     new[0] = True
     np.greater(starts[1:], running_end[:-1], out=new[1:])
+    if new.all():  # already sorted and disjoint (one stream's kernels): the input is its own union, no copy
+        return starts, ends
     first = np.flatnonzero(new)
     del new
     last = np.append(first[1:], starts.size)
@@ -70,7 +72,8 @@ class Coverage:
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray):
         self.starts, self.ends = union(starts, ends)
-        self._cum = np.concatenate(([0], np.cumsum(self.ends - self.starts)))
+        self._cum = np.zeros(self.starts.size + 1, dtype=np.int64)
+        np.cumsum(self.ends - self.starts, out=self._cum[1:])
 
     @classmethod
     def of(cls, *parts: "Coverage") -> "Coverage":
@@ -143,7 +146,8 @@ def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.n
     if not is_sorted(t):
         order = np.argsort(t, kind="stable")
         t, v = t[order], v[order]
-    cum = np.concatenate(([0], np.cumsum(v)))
+    cum = np.zeros(v.size + 1, dtype=np.result_type(v.dtype, np.int64))
+    np.cumsum(v, out=cum[1:])
     return cum[np.searchsorted(t, b, side="left")] - cum[np.searchsorted(t, a, side="left")]
 
 

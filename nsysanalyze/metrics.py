@@ -84,23 +84,30 @@ def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFra
     name_ids = runtime["nameId"].to_numpy()
     code = np.full(len(runtime), -1, dtype=np.int8)
     if ids.size and len(runtime):
-        pos = np.minimum(np.searchsorted(ids, name_ids), ids.size - 1)
-        hit = ids[pos] == name_ids
-        code[hit] = codes[pos[hit]]
+        lo, hi = int(name_ids.min()), int(name_ids.max())
+        if 0 <= lo and hi < 1 << 24:  # StringIds ids: a lookup table, no per-call index arrays
+            table = np.full(max(hi, int(ids.max())) + 1, -1, dtype=np.int8)
+            table[ids] = codes
+            code = table[name_ids]
+        else:
+            pos = np.minimum(np.searchsorted(ids, name_ids), ids.size - 1)
+            hit = ids[pos] == name_ids
+            code[hit] = codes[pos[hit]]
     keep = code >= 0
     out = runtime if keep.all() else runtime[keep]
     return out.assign(api=pd.Categorical.from_codes(code[keep], categories=labels)).reset_index(drop=True)
 
 
-def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
-                 columns: dict[str, tuple[np.ndarray | None, np.ndarray | None]]) -> dict[str, np.ndarray]:
-    """Per window row, for each name -> (event mask or None, values or None): the sum of the values
-    (the count when None) over the selected events starting in the window's CPU range
-    [cpu_start, cpu_end), on the window's thread (globalTid) or, for globalTid -1, anywhere in its process.
+def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 codes: np.ndarray | None, columns: dict[str, tuple[int | None, bool]]) -> dict[str, np.ndarray]:
+    """Per window row, for each name -> (code or None, durations): over the events (with ``codes`` equal to
+    code; all events for None) starting in the window's CPU range [cpu_start, cpu_end), on the window's
+    thread (globalTid) or, for globalTid -1, anywhere in its process: their count, or with ``durations``
+    the sum of their end - start (ns).
 
-    Vectorized over windows: each thread (or process) is a lane of its own on one time axis (lane j
-    shifted by j x stride, stride > the time span; lanes in batches that keep int64 headroom), so one
-    sorted pass counts every window. Events are taken a block at a time (the sums add up).
+    Vectorized over windows: each thread (or process) is a lane of its own on one time axis (see
+    intervals.STACK_LIMIT), so one sorted pass counts every window. Events are taken a block at a
+    time (the sums add up; masks and durations exist only per block).
     """
     out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
     if len(tids) == 0 or windows.empty:
@@ -129,17 +136,17 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
                 if not is_sorted(t):
                     order = np.argsort(t, kind="stable")
                     t, take = t[order], take[order]
-                for name, (mask, values) in columns.items():
-                    picked = slice(None) if mask is None else mask[block][take]
-                    out[name][w_rows] += (count_in_windows(t[picked], a, b) if values is None
-                                          else sum_in_windows(t[picked], values[block][take[picked]], a, b))
+                code = None if codes is None else codes[block][take]
+                dur = None
+                for name, (want, durations) in columns.items():
+                    picked = slice(None) if want is None else code == want
+                    if not durations:
+                        out[name][w_rows] += count_in_windows(t[picked], a, b)
+                        continue
+                    if dur is None:
+                        dur = ends[block][take] - starts[block][take]
+                    out[name][w_rows] += sum_in_windows(t[picked], dur[picked], a, b)
     return out
-
-
-def _coverage(frame: pd.DataFrame, mask: np.ndarray | None = None) -> Coverage:
-    if mask is None:
-        return Coverage(frame["start"].to_numpy(), frame["end"].to_numpy())
-    return Coverage(frame["start"].to_numpy()[mask], frame["end"].to_numpy()[mask])
 
 
 EMPTY = Coverage(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
@@ -298,17 +305,17 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataF
     out = pd.DataFrame(index=windows.index)
     out["cpu_ns"] = (windows["cpu_end"] - windows["cpu_start"]).to_numpy()
     api = pd.Categorical(api_calls["api"])
-    dur = (api_calls["end"] - api_calls["start"]).to_numpy()
     columns = {}
     for name in API_PATTERNS:
-        mask = api.codes == (api.categories.get_loc(name) if name in api.categories else -2)
-        columns[f"{name}_calls"] = (mask, None)
-        columns[f"{name}_ns"] = (mask, dur)
-    sums = _window_sums(windows, api_calls["globalTid"].to_numpy(), api_calls["start"].to_numpy(), columns)
+        code = api.categories.get_loc(name) if name in api.categories else -2
+        columns[f"{name}_calls"] = (code, False)
+        columns[f"{name}_ns"] = (code, True)
+    sums = _window_sums(windows, api_calls["globalTid"].to_numpy(), api_calls["start"].to_numpy(),
+                        api_calls["end"].to_numpy(), api.codes, columns)
     for name, values in sums.items():
         out[name] = values
-    mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(),
-                      {"munmap_count": (None, None), "munmap_ns": (None, (munmap["end"] - munmap["start"]).to_numpy())})
+    mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(), munmap["end"].to_numpy(),
+                      None, {"munmap_count": (None, False), "munmap_ns": (None, True)})
     out["munmap_count"] = mm["munmap_count"]
     out["munmap_ns"] = mm["munmap_ns"]
     out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, busy_by_device)
@@ -322,14 +329,18 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
     if munmap.empty:
         return out
     mm_tid = munmap["globalTid"].to_numpy()
+    starts, ends = munmap["start"].to_numpy(), munmap["end"].to_numpy()
+    by_thread, by_process = dict(group_indices(mm_tid)), dict(group_indices(pid_of(mm_tid)))  # grouped once
+    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
     for (pid, dev, tid), idx in windows.groupby(["globalPid", "deviceId", "globalTid"]).indices.items():
-        mine = pid_of(mm_tid) == pid if tid < 0 else mm_tid == tid
+        key = (pid,) if tid < 0 else (tid,)
+        groups = by_process if tid < 0 else by_thread
         busy = busy_by_device.get((pid, dev))
-        if busy is None or not mine.any():
+        if busy is None or key not in groups:
             continue
-        mm = _coverage(munmap, mine)
-        a = windows["window_start"].to_numpy()[idx]
-        b = windows["window_end"].to_numpy()[idx]
+        rows = groups[key]
+        mm = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
+        a, b = w_start[idx], w_end[idx]
         out[idx] = mm.within(a, b) - intersection_within(mm, busy, a, b)  # |munmap - busy|
     return out
 
@@ -346,12 +357,14 @@ def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.D
     """Per (globalPid, deviceId) with HtoD copies: htod_on_kernel_streams_fraction, the share of its HtoD
     copies issued on a stream of that device that also runs kernels (kernels need streamId)."""
     cols = ["globalPid", "deviceId", "streamId"]
-    htod = memcpys.loc[memcpys["copyKind"].to_numpy() == COPY_HTOD, cols]
+    htod = memcpys.loc[memcpys["copyKind"].to_numpy() == COPY_HTOD, cols].astype(np.int64)
     if htod.empty:
         return pd.DataFrame({"globalPid": [], "deviceId": [], "htod_on_kernel_streams_fraction": []})
-    on_htod_stream = np.isin(kernels["streamId"].to_numpy(), pd.unique(htod["streamId"].to_numpy()))
-    used = pd.MultiIndex.from_frame(kernels.loc[on_htod_stream, cols].drop_duplicates().astype(np.int64))
-    on_kernel_stream = pd.MultiIndex.from_frame(htod.astype(np.int64)).isin(used)
+    stream = kernels["streamId"].to_numpy()
+    used = [(pid, dev, s) for (pid, dev), idx in
+            group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy())
+            for s in pd.unique(stream if idx is None else stream[idx]).tolist()]  # streams per device: hashed, no copy
+    on_kernel_stream = pd.MultiIndex.from_frame(htod).isin(pd.MultiIndex.from_tuples(used, names=cols))
     frac = pd.Series(on_kernel_stream, dtype=float).groupby([htod["globalPid"].to_numpy(), htod["deviceId"].to_numpy()]).mean()
     return frac.rename_axis(["globalPid", "deviceId"]).rename("htod_on_kernel_streams_fraction").reset_index()
 

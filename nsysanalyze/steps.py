@@ -368,9 +368,10 @@ def _calls_by_process(runtime: Frames, steps: pd.DataFrame | None) -> dict[int, 
             step = np.broadcast_to(np.int64(-1), tid.shape)
         else:
             start = part["start"].to_numpy()
-            step = np.concatenate([_assign_to_ranges(pid_of(tid[lo:lo + BLOCK]), start[lo:lo + BLOCK], steps,
-                                                     key="globalPid").astype(np.int32)
-                                   for lo in range(0, tid.size, BLOCK)])  # step rows fit int32: half the memory
+            step = np.empty(tid.size, dtype=np.int32)  # step rows fit int32: half the memory
+            for lo in range(0, tid.size, BLOCK):
+                step[lo:lo + BLOCK] = _assign_to_ranges(pid_of(tid[lo:lo + BLOCK]), start[lo:lo + BLOCK], steps,
+                                                        key="globalPid")
         for pid, idx in _by_process(tid, of_tid=True):
             c, st = (corr, step) if idx is None else (corr[idx], step[idx])
             out.setdefault(pid, []).append(_first_call_steps(c, st))

@@ -93,16 +93,16 @@ def test_devices_side_by_side_equal_one_device_at_a_time(variant, tmp_path, monk
     assert report(path) == fast
 
 
-def window_sums_one_window_at_a_time(windows, tids, starts, columns):
+def window_sums_one_window_at_a_time(windows, tids, starts, ends, codes, columns):
     """Reference for metrics._window_sums: one boolean mask per window."""
     pids = tids & ~np.int64(0xFFFFFF)
     out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
     for i, w in enumerate(windows.itertuples(index=False)):
         on = (tids == w.globalTid) if w.globalTid >= 0 else (pids == w.globalPid)
         inside = on & (starts >= w.cpu_start) & (starts < w.cpu_end)
-        for name, (mask, values) in columns.items():
-            sel = inside if mask is None else inside & mask
-            out[name][i] = int(sel.sum()) if values is None else int(values[sel].sum())
+        for name, (want, durations) in columns.items():
+            sel = inside if want is None else inside & (codes == want)
+            out[name][i] = int((ends - starts)[sel].sum()) if durations else int(sel.sum())
     return out
 
 
@@ -117,14 +117,14 @@ def test_window_sums_equal_one_mask_per_window(variant, tmp_path, monkeypatch):
     windows = pd.concat([steps[cols], summary.assign(globalTid=-1, cpu_start=summary["window_start"],
                                                      cpu_end=summary["window_end"])[cols]], ignore_index=True)
     windows = windows.astype(np.int64)
-    tids, starts = runtime["globalTid"].to_numpy(), runtime["start"].to_numpy()
-    odd = runtime["nameId"].to_numpy() % 2 == 1
-    columns = {"all": (None, None), "odd": (odd, None), "odd_ns": (odd, (runtime["end"] - runtime["start"]).to_numpy())}
-    expected = window_sums_one_window_at_a_time(windows, tids, starts, columns)
+    tids, starts, ends = runtime["globalTid"].to_numpy(), runtime["start"].to_numpy(), runtime["end"].to_numpy()
+    codes = (runtime["nameId"].to_numpy() % 2).astype(np.int8)
+    columns = {"all": (None, False), "odd": (1, False), "odd_ns": (1, True), "all_ns": (None, True)}
+    expected = window_sums_one_window_at_a_time(windows, tids, starts, ends, codes, columns)
     assert expected["all"].sum() > 0 and 0 < expected["odd"].sum() < expected["all"].sum()
     for limit in (intervals.STACK_LIMIT, 1):  # lanes side by side, then one lane per batch
         monkeypatch.setattr(intervals, "STACK_LIMIT", limit)
-        got = metrics._window_sums(windows, tids, starts, columns)
+        got = metrics._window_sums(windows, tids, starts, ends, codes, columns)
         assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
 
 
@@ -182,3 +182,27 @@ def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path
         expected = subranges_by_pandas(nvtx, steps)
         assert len(expected) or variant != "real"
         pd.testing.assert_frame_equal(S.subranges(nvtx, steps), expected)
+
+
+@pytest.mark.parametrize("rel", ["public/pipit__perlmutter-cloverleaf-cuda.sqlite", "public/kamalchowdhury326__report1.sqlite",
+                                 "public/bwyogatama__report1.sqlite"])
+def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
+    """metrics._munmap_gpu_idle groups the munmap calls once; the reference masks them per window."""
+    from nsysanalyze import metrics as M
+    from nsysanalyze.intervals import Coverage, intersection_within
+    with nsysanalyze.open(shared_trace(rel)) as a:
+        summary, munmap = a.summary(), a.trace.osrt(("munmap",))
+        busy = M.busy_coverage(a.trace.kernels, a.trace.memcpys, a.trace.memsets)
+    windows = summary.assign(globalTid=-1)[["globalPid", "deviceId", "globalTid", "window_start", "window_end"]]
+    tid = munmap["globalTid"].to_numpy()
+    expected = []
+    for w in windows.itertuples(index=False):
+        mine = (tid & ~np.int64(0xFFFFFF)) == w.globalPid
+        if not mine.any() or (w.globalPid, w.deviceId) not in busy:
+            expected.append(0)
+            continue
+        mm = Coverage(munmap["start"].to_numpy()[mine], munmap["end"].to_numpy()[mine])
+        a_, b_ = np.array([w.window_start]), np.array([w.window_end])
+        expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
+    assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
+    assert summary["munmap_gpu_idle_ns"].tolist() == expected
