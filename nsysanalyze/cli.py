@@ -21,6 +21,7 @@ from .outputs import atomic_output, check_output
 from .render import json as json_render
 from .render.sanitize import printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
+from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
@@ -123,9 +124,19 @@ MAX_STEPS = click.option("--max-steps", type=click.IntRange(min=1), default=DEFA
                               "consecutive steps) beyond this many; JSON keeps every step.")
 
 
+def _set_nsys_timeout(ctx, param, value):
+    if value is not None:  # through the environment, so --jobs workers see it too
+        os.environ[NSYS_TIMEOUT_ENV] = repr(value)
+
+
+NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                            envvar=NSYS_TIMEOUT_ENV, callback=_set_nsys_timeout, expose_value=False,
+                            help=f"Longest a .nsys-rep export by nsys may take (default {NSYS_TIMEOUT_S:g}).")
+
+
 def common_options(f):
     f = MAX_STEPS(f)
-    f = STEP_RANGE(f)
+    f = NSYS_TIMEOUT(STEP_RANGE(f))
     f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
     return click.argument("files", nargs=-1)(f)
@@ -189,22 +200,12 @@ def redact_cmd(src, dst, force):
 
 
 def load_report(path: str, step_range: str | None) -> dict:
-    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json)."""
+    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json, checked)."""
     if not str(path).endswith(".json"):
         return analyze(path, step_range)
-    import json
+    from .saved_report import read_report
 
-    stat_input(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise InputError(f"{path}: not a JSON report ({e})") from None
-    if not isinstance(doc, dict) or not {"format_version", "trace", "summary", "steps", "findings"} <= doc.keys():
-        raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE)")
-    return doc
+    return read_report(path)
 
 
 def _gate_names_epilog() -> str:
@@ -232,6 +233,7 @@ class GateNamesCommand(click.Command):
               help="Exit 1 when this gate trips, e.g. 'step_time>+5%' (repeatable).")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @STEP_RANGE
+@NSYS_TIMEOUT
 @click.pass_context
 def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
@@ -268,6 +270,7 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @FORCE
 @STEP_RANGE
 @MAX_STEPS
+@NSYS_TIMEOUT
 def plot_cmd(files, out, force, step_range, max_steps):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
@@ -293,6 +296,7 @@ def plot_cmd(files, out, force, step_range, max_steps):
 @FORCE
 @STEP_RANGE
 @MAX_STEPS
+@NSYS_TIMEOUT
 def report_cmd(file, baseline, out, force, step_range, max_steps):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare

@@ -29,6 +29,13 @@ def is_sorted(x: np.ndarray) -> bool:
     return x.size < 2 or bool(np.all(x[1:] >= x[:-1]))
 
 
+def unique_sorted(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``x``: a sort and a neighbour compare (numpy 2's hashing np.unique is
+    several times slower on millions of int64 timestamps)."""
+    s = np.sort(x)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
+
+
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge).
 

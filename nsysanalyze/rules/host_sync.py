@@ -67,13 +67,18 @@ cudaEventRecord(done, stream);          // instead of cudaDeviceSynchronize() ev
 }
 
 
+def in_sync_idle(ev: Evidence) -> float:
+    """GPU idle while the host sits in a synchronize call, not already counted as after an earlier sync."""
+    return ev.idle_by(causes=(SYNC_API,)) - ev.idle_by(causes=(SYNC_API,), tag="after_sync_ns")
+
+
 def dtoh_sync(ev: Evidence) -> Finding | None:
     """Per-step device-to-host copies and the syncs after them stall the GPU."""
     if ev.get("dtoh_bytes") < MIN_DTOH_BYTES:
         return None
     exposed = max(0.0, ev.get("dtoh_ns") - ev.get("dtoh_hidden_ns"))
     post_sync = ev.after_sync_idle_ns
-    in_sync = ev.idle_by(causes=(SYNC_API,))
+    in_sync = in_sync_idle(ev)
     stall = exposed + post_sync + in_sync
     if stall < MIN_SHARE * ev.window_ns:
         return None
@@ -96,14 +101,16 @@ def host_sync(ev: Evidence) -> Finding | None:
     """Explicit synchronizations that leave the GPU waiting, with no device-to-host copy to explain them."""
     if ev.get("dtoh_bytes") >= MIN_DTOH_BYTES or ev.get("htod_pageable_bytes") > 0 or ev.get("sync_wait_calls") < 1:
         return None
-    stall = ev.after_sync_idle_ns + ev.idle_by(causes=(SYNC_API,))
+    stall = ev.after_sync_idle_ns + in_sync_idle(ev)
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(SYNC_FIX, ev.framework)
+    after = ev.gaps.sort_values("after_sync_ns", ascending=False).iloc[0]
+    where = f" (mostly while the host works in '{after['cause']}')" if after["cause_kind"] == "nvtx_range" else ""
     return make_finding(
         ev, "host-sync",
         f"{ev.get('sync_wait_calls'):.0f} host synchronization(s) per {ev.per} leave the GPU waiting "
-        f"{stall / 1e6:.1f} ms for the host to launch again",
+        f"{stall / 1e6:.1f} ms for the host to launch again{where}",
         confidence=0.7, gain_ns=stall,
         evidence={"sync_wait_calls": ev.get("sync_wait_calls"), "sync_wait_ns": ev.get("sync_wait_ns"),
                   "post_sync_idle_ns": ev.after_sync_idle_ns, "gpu_idle_fraction": ev.get("idle_fraction")},
