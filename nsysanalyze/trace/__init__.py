@@ -1,18 +1,43 @@
-"""Trace access: the only layer that touches SQL. ``Trace`` wraps one read-only export."""
+"""Trace access: the only layer that touches SQL. ``Trace`` wraps one read-only export.
+
+The loaders (``tables``, pandas/numpy) and the schema reader (``schema``, SQLAlchemy) are loaded on
+first use, so ``trace.open`` (the CLI's input checks) imports without them.
+"""
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
+import sys
 from functools import cached_property
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from . import tables
 from .open import connect_readonly, resolve_input
-from .schema import Schema, read_schema
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from .schema import Schema
+
+
+def _lazy_module(name: str):
+    """The submodule ``name`` of this package, executed on its first attribute access (importlib's LazyLoader)."""
+    full = f"{__name__}.{name}"
+    if full in sys.modules:
+        return sys.modules[full]
+    spec = importlib.util.find_spec(full)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[full] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _lazy_module("tables")
+schema = _lazy_module("schema")
 
 __all__ = ["Trace", "open_trace"]
 
@@ -25,7 +50,7 @@ class Trace:
         self.path = resolve_input(path)
         self.conn: sqlite3.Connection = connect_readonly(self.path)
         try:
-            self.schema: Schema = read_schema(self.conn, str(self.source))
+            self.schema: Schema = schema.read_schema(self.conn, str(self.source))
         except sqlite3.DatabaseError as e:
             self.conn.close()
             raise InputError(f"{self.source}: corrupted or unreadable SQLite file ({e})") from None
