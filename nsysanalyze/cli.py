@@ -39,13 +39,6 @@ def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
     return report(path, step_range)
 
 
-def stat_input(path):
-    """trace.open.stat_input, imported on use (the trace package loads pandas)."""
-    from .trace.open import stat_input as stat_checked
-
-    return stat_checked(path)
-
-
 def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     """FILE arguments → SQLite files: a directory stands for the *.sqlite files inside it."""
     paths = [example_path()] if example else []

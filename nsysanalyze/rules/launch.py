@@ -42,7 +42,9 @@ def launch_bound(ev: Evidence) -> Finding | None:
     if kernels < MIN_KERNELS or idle < IDLE_HIGH or short < SHORT_GAP_SHARE * idle_ns:
         return None
     gpu_per_kernel = ev.get("kernel_sum_ns") / kernels
-    host_per_kernel = ev.window_ns / kernels
+    host_per_kernel = ev.window_ns / kernels  # the host issues one kernel per this many ns
+    if host_per_kernel <= gpu_per_kernel:  # the GPU is the slower side: not launch overhead
+        return None
     fix, snippet = pick(FIX, ev.framework)
     return make_finding(
         ev, "launch-bound",
