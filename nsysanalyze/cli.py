@@ -21,7 +21,7 @@ from .outputs import atomic_output, check_output
 from .render import json as json_render
 from .render.sanitize import printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
-from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S
+from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
