@@ -126,27 +126,28 @@ class Analysis:
 
     @cached_property
     def _projection_runtime(self) -> list[pd.DataFrame]:
-        """Runtime frames steps are projected with: the classified calls, the other launching calls, then —
-        so no launching call is missed whatever its name — the calls of any GPU activity still without
-        one (looked up by correlationId once)."""
-        self._load_tables()
-        parts = [self._runtime_classified, self._runtime_launching]
-        missing = S.unlaunched_activities(parts, self._gpu_parts)
-        if len(missing):
+        """Runtime frames steps are projected with: the classified calls and the other launching calls (and,
+        once _project found GPU work no loaded call launched, those activities' calls by correlationId)."""
+        return [self._runtime_classified, self._runtime_launching]
+
+    def _project(self, ranges: pd.DataFrame) -> pd.DataFrame:
+        """Step windows of NVTX step rows (steps.project_steps) from one join of activities to their calls.
+        Calls were loaded by API name; should an activity have no loaded call, its call is fetched by
+        correlationId — so no launching call is missed whatever its name — and the steps projected again."""
+        if ranges.empty:
+            return S.project_steps(ranges, [], [])
+        parts = self._projection_runtime
+        windows, missing = S.project_steps_checked(ranges, parts, self._gpu_parts)
+        if len(missing) and len(parts) == 2:
             loaded = set(M.api_categories(self._api_names))
             loaded |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
             extra = self.trace.runtime_by_correlation(missing["correlationId"].to_numpy(), loaded)
             key = pd.MultiIndex.from_arrays([pid_of(extra["globalTid"]), extra["correlationId"].to_numpy()])
             extra = extra[key.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)
+            parts.append(extra)  # fetched once, even when empty
             if len(extra):
-                parts.append(extra)
-        return parts
-
-    def _project(self, ranges: pd.DataFrame) -> pd.DataFrame:
-        """Step windows of NVTX step rows (steps.project_steps)."""
-        if ranges.empty:
-            return S.project_steps(ranges, [], [])
-        return S.project_steps(ranges, self._projection_runtime, self._gpu_parts)
+                windows = S.project_steps(ranges, parts, self._gpu_parts)
+        return windows
 
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
@@ -198,7 +199,8 @@ class Analysis:
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
-        host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0])
+        host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0],
+                                A.idle_by_process(capture, busy))
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, busy, host, A.sync_ends(runtime))
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), busy) for w in (steps, capture) if len(w)],
@@ -270,6 +272,10 @@ class Analysis:
     # ---- stage 3: findings ----------------------------------------------------------
     def evidence(self) -> list[Evidence]:
         """What the rules see, one entry per (process, device)."""
+        return list(self._evidence)
+
+    @cached_property
+    def _evidence(self) -> list[Evidence]:
         summary, steps = self._summary, self._steps_metrics
         if summary.empty:
             return []

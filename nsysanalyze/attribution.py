@@ -64,9 +64,33 @@ def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"globalPid": pid_of(sync["globalTid"].to_numpy()), "end": sync["end"].to_numpy(np.int64)})
 
 
+def idle_by_process(capture: pd.DataFrame, busy: dict[tuple[int, int], Coverage]) -> dict[int, Coverage]:
+    """Per process: where any of its devices idles inside its capture window (the union of their idle)."""
+    out: dict[int, list] = {}
+    for row in capture.itertuples(index=False):
+        s, e = _idle(busy.get((int(row.globalPid), int(row.deviceId))), int(row.window_start), int(row.window_end))
+        out.setdefault(int(row.globalPid), []).append((s, e))
+    return {pid: Coverage(np.concatenate([s for s, _ in p]), np.concatenate([e for _, e in p])) for pid, p in out.items()}
+
+
+def _during_idle(frame: pd.DataFrame, pids: np.ndarray, idle: dict[int, Coverage]) -> np.ndarray:
+    """Rows of ``frame`` (start, end) that overlap their process's GPU idle: only those can be causes."""
+    keep = np.zeros(len(frame), dtype=bool)
+    start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
+    for (pid,), idx in group_indices(pids):
+        cov = idle.get(int(pid))
+        if cov is None:
+            continue
+        rows = slice(None) if idx is None else idx
+        keep[rows] = cov.within(start[rows], end[rows]) > 0
+    return keep
+
+
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
-                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame) -> pd.DataFrame:
-    """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS).
+                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame, idle: dict[int, Coverage]) -> pd.DataFrame:
+    """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
+    only those that overlap their process's GPU idle (``idle``: :func:`idle_by_process`) — most launches run
+    while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
     alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
@@ -76,6 +100,12 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     launching = runtime["api"].to_numpy() == "launch"
     primary = _primary_threads(runtime[launching], step_ranges)
     launch_tids = set(pd.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
+    during = _during_idle(runtime, rt_pid, idle)
+    runtime, rt_pid, launching = runtime[during], rt_pid[during], launching[during]
+    if len(osrt):
+        osrt = osrt[_during_idle(osrt, pid_of(osrt["globalTid"].to_numpy()), idle)]
+    if len(nvtx):
+        nvtx = nvtx[_during_idle(nvtx, pid_of(nvtx["globalTid"].to_numpy()), idle)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
     blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
@@ -224,10 +254,10 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
 def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
                  host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
     """Attributed idle of one device: elementary segments between all boundaries, each given its cause.
-    Only host intervals that overlap the GPU's idle take part (most launches run while the GPU is busy)."""
+    Only host intervals that overlap this device's idle take part."""
     hs, he = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
     overlaps_idle = Coverage(idle_s, idle_e).within(hs, he) > 0
-    if not overlaps_idle.all():
+    if not overlaps_idle.all():  # the process's other devices' idle
         host, hs, he = host[overlaps_idle], hs[overlaps_idle], he[overlaps_idle]
     lo, hi = idle_s[0], idle_e[-1]
     first_sync = np.full(idle_s.shape, np.iinfo(np.int64).max)  # earliest sync return inside each idle interval
