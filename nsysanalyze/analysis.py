@@ -341,11 +341,11 @@ class Analysis:
         }
 
     def _summary_for_json(self) -> pd.DataFrame:
-        """Summary with the contract's names: device, gpu_idle_fraction (whole capture)."""
+        """Summary with the contract's names: gpu_idle_fraction (whole capture)."""
         s = self._summary
         if s.empty:
             return s
-        return s.rename(columns={"deviceId": "device", "idle_fraction": "gpu_idle_fraction"})
+        return s.rename(columns={"idle_fraction": "gpu_idle_fraction"})
 
 
 # Host<->device copy metrics the rules read per step from the whole capture (total / steps):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from . import batch, ranks
 from .analysis import Analysis
@@ -64,26 +65,34 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     return paths
 
 
-def emit(reports: list[dict], fmt: str, sections: tuple[str, ...]) -> None:
+def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | None = None, details: bool = True,
+         per_rank: bool = False) -> None:
     """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
-    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks")."""
+    holding several processes/GPUs), the cross-rank view comes first (JSON: key "ranks") and the
+    per-rank reports follow only with ``per_rank``."""
     view = None
     if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
         view = ranks.cross_rank(reports)
+    shown = reports if view is None or per_rank else []
     if fmt == "json":
         doc = reports[0] if len(reports) == 1 else {"format_version": reports[0]["format_version"], "traces": reports}
         if view is not None:
             doc = {**doc, "ranks": view}
         click.echo(json_render.render(doc))
     elif fmt == "markdown":
-        text = "\n\n".join(md_render.render(r, sections) for r in reports)
-        click.echo(text + ("\n\n" + ranks_render.render_markdown(view) if view is not None else ""))
+        parts = [ranks_render.render_markdown(view, reports, top)] if view is not None else []
+        parts += [md_render.render(r, sections, top) for r in shown]
+        click.echo("\n\n".join(parts))
     else:
-        console = Console(highlight=False)
-        for r in reports:
-            term_render.render(r, console, sections)
+        console = term_render.stdout_console()
         if view is not None:
-            ranks_render.render_text(view, console)
+            ranks_render.render_text(view, console, reports, top, details)
+            if not per_rank:
+                console.print(Text("Each rank's own headline, findings and tables: --per-rank.", style="dim"))
+        for i, r in enumerate(shown):
+            if i or view is not None:
+                console.print()
+            term_render.render(r, console, sections, top, details)
 
 
 def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = None,
@@ -125,15 +134,18 @@ def cli():
 @click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
               help="Analyze the exports on this Dask cluster instead (pip install 'nsysanalyze[dask]'; "
                    "the workers must see the files at the same paths).")
-def diagnose(files, fmt, step_range, example, jobs, dask_address):
-    """Summary, per-step table and ranked findings with fixes.
+@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N", help="Show the first N findings only.")
+@click.option("--details", is_flag=True, help="Also print the summary, per-step and CPU sub-range tables.")
+@click.option("--per-rank", is_flag=True, help="With several ranks: also each rank's own full output.")
+def diagnose(files, fmt, step_range, example, jobs, dask_address, top, details, per_rank):
+    """Headline and next step per GPU, ranked findings with fixes; tables with --details.
 
-    Several FILES (or a directory of them: one export per rank) are analyzed in parallel and followed
-    by a cross-rank view: step time per rank, spread, slowest rank, NCCL imbalance, likely straggler.
+    Several FILES (or a directory of them: one export per rank) are analyzed in parallel and led by
+    a cross-rank view: step time per rank, spread, slowest rank, NCCL imbalance, likely straggler.
     A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
     """
     reports = analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address)
-    emit(reports, fmt, ("summary", "steps", "findings", "ranks"))
+    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), top, details, per_rank)
 
 
 @cli.command()
@@ -223,7 +235,7 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     elif fmt == "markdown":
         click.echo(compare_render.render_markdown(result), nl=False)
     else:
-        compare_render.render_text(result, Console(highlight=False))
+        compare_render.render_text(result, term_render.stdout_console())
     if result["tripped"]:
         ctx.exit(1)
 

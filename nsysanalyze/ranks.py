@@ -48,12 +48,12 @@ def rank_table(reports: list[dict]) -> pd.DataFrame:
         r = reports[i]
         pids = {p["globalPid"]: p["pid"] for p in r["trace"]["processes"]}
         session = r["trace"].get("session_start_utc_ns")
-        devices = sorted(r["summary"]["devices"], key=lambda d: (pids.get(d["globalPid"], d["globalPid"]), d["device"]))
+        devices = sorted(r["summary"]["devices"], key=lambda d: (pids.get(d["globalPid"], d["globalPid"]), d["deviceId"]))
         for d in devices:
             has_steps = bool(d.get("steps"))
             rows.append({
                 "report": i, "trace": Path(r["trace"]["path"]).name, "path": r["trace"]["path"],
-                "globalPid": d["globalPid"], "pid": pids.get(d["globalPid"]), "deviceId": d["device"],
+                "globalPid": d["globalPid"], "pid": pids.get(d["globalPid"]), "deviceId": d["deviceId"],
                 "steps": int(d.get("steps") or 0), "scope": "step median" if has_steps else "capture",
                 "step_ns": _value(d, "step_median_window_ns", "window_ns") if has_steps else d["window_ns"],
                 "cpu_step_ns": d.get("step_median_cpu_ns") if has_steps else None,

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from .format import by_unit, rel_change, signed_by_unit
 from .markdown import _table as md_table
+from .terminal import table_of
 
 VERDICT = {True: "TRIPPED", False: "ok", None: "n/a"}
 
@@ -98,20 +98,14 @@ def render_text(comparison: dict, console: Console) -> None:
     style = "bold red" if c["tripped"] else "bold green" if c["gates"] else "dim"
     console.print(Text(verdict_line(c), style=style))
     if c["gates"]:
-        t = Table(title=scope_line(c), title_justify="left")
-        for h in GATE_HEADERS:
-            t.add_column(h, justify="left" if h == "gate" else "right", overflow="fold")
+        t = table_of(scope_line(c), GATE_HEADERS, [])
         for g in c["gates"]:
             cells = gate_cells(g)
             t.add_row(*[Text(x) for x in cells[:-1]], Text(cells[-1], style="bold red" if g["tripped"] else "green"))
         console.print(t)
     for scope in metric_scopes(c):
-        t = Table(title=f"Metrics ({SCOPE_TITLE[scope]})", title_justify="left")
-        for i, h in enumerate(metric_headers((scope,))):
-            t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
-        for r in shown_metrics(c, (scope,)):
-            t.add_row(*[Text(x) for x in metric_cells(r, (scope,), label=False)])
-        console.print(t)
+        console.print(table_of(f"Metrics ({SCOPE_TITLE[scope]})", metric_headers((scope,)),
+                               [metric_cells(r, (scope,), label=False) for r in shown_metrics(c, (scope,))]))
     lines = finding_lines(c)
     console.print(Text("Findings", style="bold"))
     for line in lines or ["no finding in either trace"]:

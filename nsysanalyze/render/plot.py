@@ -55,7 +55,7 @@ def figure(reports: list[dict]):
     axes = fig.subplots(1, len(reports), sharey=True, squeeze=False, width_ratios=ratios)[0]
     any_open = False
     for ax, report, (rows, is_step), ratio in zip(axes, reports, panels, ratios):
-        many = len({r.get("deviceId", r.get("device")) for r in rows}) > 1
+        many = len({r["deviceId"] for r in rows}) > 1
         labels = [_plain(_cut(bar_label(r, many, is_step), LABEL_CHARS)) for r in rows]
         x = list(range(len(rows)))
         bottom = [0.0] * len(rows)
