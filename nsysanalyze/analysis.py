@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -22,9 +22,6 @@ from .rules import Evidence, Finding, diagnose
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
 from .trace.tables import pid_of
-
-FORMAT_VERSION = 1
-
 
 @dataclass
 class TraceInfo:
@@ -329,23 +326,10 @@ class Analysis:
 
     # ---- everything, as plain data --------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON contract (see README): format_version, trace, notes, summary, steps, subranges, findings."""
-        return {
-            "format_version": FORMAT_VERSION,
-            "trace": asdict(self.info),
-            "notes": self.notes,
-            "summary": {"devices": _records(self._summary_for_json())},
-            "steps": _records(self._steps_metrics),
-            "subranges": _records(self.subranges()),
-            "findings": [f.to_dict() for f in self.findings()],
-        }
+        """The JSON contract (docs/json.md): built by :func:`nsysanalyze.render.contract.report`."""
+        from .render.contract import report
 
-    def _summary_for_json(self) -> pd.DataFrame:
-        """Summary with the contract's names: gpu_idle_fraction (whole capture)."""
-        s = self._summary
-        if s.empty:
-            return s
-        return s.rename(columns={"idle_fraction": "gpu_idle_fraction"})
+        return report(self)
 
 
 # Host<->device copy metrics the rules read per step from the whole capture (total / steps):
@@ -359,22 +343,6 @@ def copies_per_step(capture: pd.Series, steps: int) -> dict[str, float]:
     out = {k: float(capture[k]) / steps for k in CAPTURE_COPY_TOTALS}
     out["htod_kernel_overlap"] = capture["htod_kernel_overlap"]
     return out
-
-
-def _records(frame: pd.DataFrame) -> list[dict]:
-    """DataFrame rows as JSON-safe dicts (NaN → None, numpy scalars → Python), built column by column."""
-    if frame.empty:
-        return []
-    columns = []
-    for name in frame.columns:
-        col = frame[name]
-        values = col.to_numpy().tolist() if col.dtype.kind in "iufb" else list(col)
-        missing = col.isna().to_numpy()
-        if missing.any():
-            values = [None if m else v for v, m in zip(values, missing)]
-        columns.append([v.item() if isinstance(v, np.generic) else v for v in values] if col.dtype.kind == "O" else values)
-    names = list(frame.columns)
-    return [dict(zip(names, row)) for row in zip(*columns)]
 
 
 def open(path: str | os.PathLike, step_range: str | None = None) -> Analysis:  # noqa: A001 (mirrors builtins.open)

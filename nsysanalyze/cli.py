@@ -23,6 +23,7 @@ from .render import ranks as ranks_render
 from .render import terminal as term_render
 
 FORMATS = click.Choice(["text", "json", "markdown"])
+TABLE_FORMATS = click.Choice(["text", "json", "markdown", "csv"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 
 
@@ -33,9 +34,14 @@ def example_path() -> Path:
 
 def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
     """Run the whole pipeline on one file; any failure becomes a one-line InputError naming the file."""
+    return guarded(path, lambda a: a.to_dict(), step_range)
+
+
+def guarded(path: str | os.PathLike, work, step_range: str | None):
+    """``work(Analysis)`` on one file; any failure becomes a one-line InputError naming the file."""
     try:
         with Analysis(path, step_range=step_range) as a:
-            return a.to_dict()
+            return work(a)
     except InputError:
         raise
     except sqlite3.DatabaseError as e:
@@ -175,6 +181,54 @@ def redact_cmd(src, dst):
         raise InputError(f"{src}: corrupted or unreadable SQLite export ({e})") from None
     what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in removed.items() if n) or "nothing to remove"
     click.echo(f"wrote {dst}: removed {what}")
+
+
+def kernel_doc(a: Analysis, base: bool, top: int | None) -> dict:
+    """The kernel view of one analysis as plain data (docs/json.md, ``kernels``)."""
+    from .kernels import kernel_table
+    from .kernels import top as top_kernels
+    from .render.contract import FORMAT_VERSION, records
+    from .trace.tables import kernel_name_column
+
+    table = kernel_table(a, base)
+    procs = [{"globalPid": int(p.globalPid), "pid": int(p.pid), "name": str(p.name)}
+             for p in a.trace.processes.itertuples() if p.globalPid in set(table["globalPid"])]
+    devices = table.groupby(["globalPid", "deviceId"], sort=False).agg(kernel_ns=("total_ns", "sum"),
+                                                                      kernel_names=("name", "size"))
+    return {"format_version": FORMAT_VERSION, "trace": {"path": str(a.trace.source), "processes": procs},
+            "name_column": kernel_name_column(a.trace.schema, base),
+            "devices": records(devices.reset_index()), "kernels": records(top_kernels(table, top))}
+
+
+@cli.command("kernels")
+@click.argument("files", nargs=-1)
+@click.option("--format", "fmt", type=TABLE_FORMATS, default="text", show_default=True, help="Output format.")
+@click.option("--top", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
+              help="Kernels shown per process/GPU (0: all).")
+@click.option("--base", is_flag=True, help="Short kernel names (as nsys stats --base) instead of demangled ones.")
+@click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")
+@STEP_RANGE
+def kernels_cmd(files, fmt, top, base, example, step_range):
+    """Top kernels per process/GPU by total time: count, total/mean/median/min/max, share, per step.
+
+    Names as `nsys stats -r cuda_gpu_kern_sum` shows them (demangled; --base for short names).
+    """
+    from .render import csv as csv_render
+    from .render import kernels as kernels_render
+
+    docs = [guarded(p, lambda a: kernel_doc(a, base, top), step_range) for p in expand_inputs(files, example)]
+    if fmt == "json":
+        out = docs[0] if len(docs) == 1 else {"format_version": docs[0]["format_version"],
+                                              "traces": [{k: v for k, v in d.items() if k != "format_version"} for d in docs]}
+        click.echo(json_render.render(out))
+    elif fmt == "csv":
+        click.echo(csv_render.render([{"trace": d["trace"]["path"], **k} for d in docs for k in d["kernels"]]), nl=False)
+    elif fmt == "markdown":
+        click.echo("\n".join(kernels_render.render_markdown(d) for d in docs))
+    else:
+        console = term_render.stdout_console()
+        for d in docs:
+            kernels_render.render_text(d, console)
 
 
 def load_report(path: str, step_range: str | None) -> dict:

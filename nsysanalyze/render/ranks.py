@@ -100,7 +100,7 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
     fastest = view["summary"].get("step_ns_min")
     rules = _top_rules(view, reports)
     console.print(table_of("One row per rank", RANK_HEADERS,
-                           [_rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=2))
+                           [_rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9)))
     steps = _step_rows(view)
     if steps and details:
         console.print(table_of("Per step across ranks (largest spread first)", STEP_HEADERS,

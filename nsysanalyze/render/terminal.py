@@ -40,11 +40,12 @@ def fits(console: Console, table: Table) -> bool:
     return Measurement.get(console, console.options.update_width(FULL_WIDTH), table).maximum <= console.width
 
 
-def table_of(title: str, headers: list[str], rows: list[list[str]], left: int = 1) -> Table:
-    """A table whose cells fold (never crop with '…') when the terminal is narrower than them."""
+def table_of(title: str, headers: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) -> Table:
+    """A table whose cells fold (never crop with '…') when the terminal is narrower than them; the
+    columns numbered in ``left`` are left-aligned, the others (numbers) right-aligned."""
     table = Table(title=title, title_justify="left")
     for i, head in enumerate(headers):
-        table.add_column(head, justify="left" if i < left else "right", overflow="fold")
+        table.add_column(head, justify="left" if i in left else "right", overflow="fold")
     for row in rows:
         table.add_row(*[Text(c) for c in row])
     return table

@@ -77,6 +77,10 @@ class Trace:
         """Whether any kernel ran on this (process, device, stream)."""
         return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
 
+    def kernel_durations(self, base: bool = False) -> pd.DataFrame:
+        """Every kernel's process, device, name id, start and duration (ns); not cached."""
+        return tables.kernel_durations(self.conn, self.schema, base)
+
     @cached_property
     def nvtx(self) -> pd.DataFrame:
         return tables.nvtx_ranges(self.conn, self.schema)

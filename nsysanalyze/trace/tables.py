@@ -411,3 +411,20 @@ def session_start_utc_ns(conn: sqlite3.Connection, schema: Schema) -> int | None
         return None
     row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
     return int(row[0]) if row and row[0] is not None else None
+
+
+def kernel_name_column(schema: Schema, base: bool = False) -> str | None:
+    """The KERNEL column that names a kernel as ``nsys stats`` does: demangledName (``base``: shortName)."""
+    order = ("shortName", "demangledName") if base else ("demangledName", "shortName")
+    return next((c for c in order if schema.has(KERNEL, c)), None)
+
+
+def kernel_durations(conn: sqlite3.Connection, schema: Schema, base: bool = False) -> pd.DataFrame:
+    """Every kernel: globalPid, deviceId, nameId (see :func:`kernel_name_column`), start, duration_ns."""
+    columns = ["globalPid", "deviceId", "nameId", "start", "duration_ns"]
+    name = kernel_name_column(schema, base)
+    if name is None or not schema.has(KERNEL, "start", "end"):
+        return _empty(columns)
+    exprs = {"globalPid": schema.col_or(KERNEL, "globalPid", "0"), "deviceId": schema.col_or(KERNEL, "deviceId", "0"),
+             "nameId": schema.col_or(KERNEL, name, "-1"), "start": "start", "duration_ns": '"end" - start'}
+    return fetch_columns(conn, KERNEL, exprs, '"end" IS NOT NULL AND start IS NOT NULL', steady=("globalPid", "deviceId"))
