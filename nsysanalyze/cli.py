@@ -255,7 +255,8 @@ def _gate_names_epilog() -> str:
     names = ", ".join(m.name for m in METRICS)
     return ("\b\nGate EXPR: NAME OP VALUE, OP one of > >= < <=. Signed VALUE = change from BASE to NEW "
             "(+5% relative, +0.03 or +2ms absolute); unsigned VALUE = NEW's own level (0.3, 40%, 120ms, 1GB). "
-            "Step medians when both traces have steps, else whole-capture values.\n\b\n"
+            "Step medians when both traces have steps, else whole-capture values. "
+            "'kernel:TEXT' gates the time of the kernels whose name contains TEXT, e.g. 'kernel:gemm>+10%'.\n\b\n"
             f"Gate metric names: {names}")
 
 
@@ -264,13 +265,16 @@ def _gate_names_epilog() -> str:
 @click.argument("new")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
               help="Exit 1 when this gate trips, e.g. 'step_time>+5%' (repeatable).")
+@click.option("--allow-missing", is_flag=True,
+              help="A gate on a metric not captured in a trace (null: n/a) does not fail the comparison.")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @STEP_RANGE
 @click.pass_context
-def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
+def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
     """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
 
-    Exit status: 0 no gate tripped, 1 a gate tripped, 2 bad input or a malformed gate.
+    Exit status: 0 no gate tripped, 1 a gate tripped (or is n/a: its metric was not captured, unless
+    --allow-missing), 2 bad input or a malformed gate.
     """
     from .compare import GateError, compare, parse_gate
     from .render import compare as compare_render
@@ -283,7 +287,7 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     for path, r in zip((base, new), reports):
         if gates and not r["summary"]["devices"]:
             raise InputError(f"{path}: no GPU activity in this export, nothing to gate on")
-    result = compare(*reports, gates)
+    result = compare(*reports, gates, allow_missing)
     if fmt == "json":
         click.echo(json_render.render(result))
     elif fmt == "markdown":
