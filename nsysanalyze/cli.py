@@ -17,6 +17,7 @@ from rich.text import Text
 from . import batch, ranks
 from .analysis import Analysis
 from .errors import InputError
+from .render import csv as csv_render
 from .render import json as json_render
 from .render import markdown as md_render
 from .render import ranks as ranks_render
@@ -85,6 +86,11 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | No
         if view is not None:
             doc = {**doc, "ranks": view}
         click.echo(json_render.render(doc))
+    elif fmt == "csv":
+        key = "steps" if "steps" in sections else "summary"
+        rows = [{"trace": r["trace"]["path"], **row} for r in reports
+                for row in (r["steps"] if key == "steps" else r["summary"]["devices"])]
+        click.echo(csv_render.render(rows), nl=False)
     elif fmt == "markdown":
         parts = [ranks_render.render_markdown(view, reports, top)] if view is not None else []
         parts += [md_render.render(r, sections, top) for r in shown]
@@ -120,11 +126,16 @@ STEP_RANGE = click.option("--step-range", metavar="REGEX",
                           help="NVTX range name regex that marks a step (default: auto).")
 
 
-def common_options(f):
+def common_options(f, formats=FORMATS):
     f = STEP_RANGE(f)
-    f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
+    f = click.option("--format", "fmt", type=formats, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
     return click.argument("files", nargs=-1)(f)
+
+
+def table_options(f):
+    """common_options with --format csv too (one row per device or step, a ``trace`` column first)."""
+    return common_options(f, TABLE_FORMATS)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -155,14 +166,14 @@ def diagnose(files, fmt, step_range, example, jobs, dask_address, top, details, 
 
 
 @cli.command()
-@common_options
+@table_options
 def summary(files, fmt, step_range, example):
     """Whole-capture metrics per device (and per-step medians)."""
     emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",))
 
 
 @cli.command()
-@common_options
+@table_options
 def steps(files, fmt, step_range, example):
     """Per-step table: GPU window, idle, copies, NCCL, CPU sub-ranges."""
     emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",))
@@ -213,13 +224,11 @@ def kernels_cmd(files, fmt, top, base, example, step_range):
 
     Names as `nsys stats -r cuda_gpu_kern_sum` shows them (demangled; --base for short names).
     """
-    from .render import csv as csv_render
     from .render import kernels as kernels_render
 
     docs = [guarded(p, lambda a: kernel_doc(a, base, top), step_range) for p in expand_inputs(files, example)]
     if fmt == "json":
-        out = docs[0] if len(docs) == 1 else {"format_version": docs[0]["format_version"],
-                                              "traces": [{k: v for k, v in d.items() if k != "format_version"} for d in docs]}
+        out = docs[0] if len(docs) == 1 else {"format_version": docs[0]["format_version"], "traces": docs}
         click.echo(json_render.render(out))
     elif fmt == "csv":
         click.echo(csv_render.render([{"trace": d["trace"]["path"], **k} for d in docs for k in d["kernels"]]), nl=False)
@@ -246,6 +255,9 @@ def load_report(path: str, step_range: str | None) -> dict:
         raise InputError(f"{path}: not a JSON report ({e})") from None
     if not isinstance(doc, dict) or not {"format_version", "trace", "summary", "steps", "findings"} <= doc.keys():
         raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE)")
+    for d in doc["summary"]["devices"]:  # format 1 named the device "device"
+        if "deviceId" not in d and "device" in d:
+            d["deviceId"] = d.pop("device")
     return doc
 
 
