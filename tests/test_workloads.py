@@ -31,13 +31,15 @@ def torch():
 
 EXPECTED_CAPTURES = [
     "resnet18_baseline", "resnet18_workers", "resnet18_pinned", "resnet18_streams",
-    "resnet18_prefetch", "vit_l32_single", "vit_l32_ddp", "vit_l32_static_graph",
+    "resnet18_prefetch", "resnet18_loader_unnamed", "resnet18_loader_noranges",
+    "vit_l32_single", "vit_l32_ddp", "vit_l32_static_graph",
     "vit_l32_bucket_view", "vit_l32_bf16", "vit_l32_powersgd",
+    "dtoh_pageable", "dtoh_pinned_async", "dtoh_deferred", "tinyops_eager", "tinyops_graphs", "gpu_bound",
 ]
 
 
 # ---------------------------------------------------------------- variant table / names
-def test_capture_names_are_the_eleven_fixture_names():
+def test_capture_names_are_the_fixture_names():
     assert list(ALL_CAPTURES) == EXPECTED_CAPTURES
 
 
@@ -51,6 +53,7 @@ def test_parse_bare_variant_names():
     assert parse_capture_name("bucket-view") == ("ddp", "bucket-view")
     assert parse_capture_name("static_graph") == ("ddp", "static-graph")
     assert parse_capture_name("pinned") == ("input-pipeline", "pinned")
+    assert parse_capture_name("dtoh-pageable") == ("scenarios", "dtoh-pageable")
     with pytest.raises(KeyError):
         parse_capture_name("resnet18_nope")
     with pytest.raises(KeyError):

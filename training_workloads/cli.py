@@ -7,7 +7,7 @@ import sys
 import click
 
 from .annotate import BACKENDS
-from .variants import ALL_CAPTURES, DDP_VARIANTS, INPUT_PIPELINE_VARIANTS
+from .variants import ALL_CAPTURES, DDP_VARIANTS, INPUT_PIPELINE_VARIANTS, SCENARIO_VARIANTS, VARIANT_TABLES
 
 
 def _common(f):
@@ -27,7 +27,7 @@ def _common(f):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
-    """Training workloads of the Nsight Systems data-transfer articles.
+    """Training workloads of the Nsight Systems data-transfer articles, and scenarios beyond them.
 
     Each run does --warmup steps, then synchronizes and calls torch.cuda.profiler.start()
     (profile with nsys --capture-range=cudaProfilerApi), runs --steps steps, synchronizes,
@@ -90,6 +90,21 @@ def ddp_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend, b
         raise click.ClickException(str(e)) from e
 
 
+@main.command("scenarios")
+@click.option("--variant", type=click.Choice(list(SCENARIO_VARIANTS)), required=True)
+@_common
+def scenarios_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend):
+    """Single-GPU scenarios for rules beyond the articles: per-step device-to-host copies and syncs
+    (dtoh-*), launch-bound tiny ops and their CUDA-graph fix (tinyops-*), a healthy GPU-bound loop."""
+    from . import scenarios
+
+    try:
+        scenarios.run(variant, steps=steps, warmup=warmup, cooldown=cooldown,
+                      profiler_range=not no_profiler_range, nvtx_backend=nvtx_backend)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+
+
 @main.command("variants")
 @click.option("--names", is_flag=True, help="Print only the capture names, one a line.")
 def variants_cmd(names):
@@ -99,11 +114,9 @@ def variants_cmd(names):
         return
     from .variants import capture_name
 
-    for name, v in INPUT_PIPELINE_VARIANTS.items():
-        click.echo(f"input-pipeline {name:13s} {capture_name('input-pipeline', name):22s} "
-                   f"{v.description}")
-    for name, v in DDP_VARIANTS.items():
-        click.echo(f"ddp            {name:13s} {capture_name('ddp', name):22s} {v.description}")
+    for workload, table in VARIANT_TABLES.items():
+        for name, v in table.items():
+            click.echo(f"{workload:14s} {name:17s} {capture_name(workload, name):24s} {v.description}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,7 +2,8 @@
 
 NVTX per step, as in the article: ``Batch {i}`` containing ``get batch``, ``copy batch`` and
 ``Compute`` (in the ``prefetch`` variant ``copy batch`` sits inside ``get batch``, issued by
-the prefetcher).
+the prefetcher). ``loader-unnamed`` names the sub-ranges ``prep``/``move``/``fwd_bwd``;
+``loader-noranges`` keeps only ``Batch {i}``: the diagnosis must not depend on range names.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from .annotate import get_annotator
+from .annotate import get_annotator, noop_annotate
 from .schedule import StepSchedule
 from .variants import INPUT_PIPELINE_VARIANTS
 
@@ -47,6 +48,7 @@ def run(
         torch.manual_seed(seed)
 
     annotate, nvtx_desc = get_annotator(nvtx_backend)
+    sub = _subrange_annotator(annotate, v.ranges)
     workers = v.num_workers if num_workers is None else num_workers
     pin = v.pin_memory and cuda
     non_blocking = v.non_blocking and cuda
@@ -86,11 +88,11 @@ def run(
         for i in range(sched.total):
             sched.before_step(i)
             with annotate(f"Batch {i}", color="blue"):
-                with annotate("get batch", color="red"):
+                with sub("get batch", color="red"):
                     batch = next(data_iter)
-                with annotate("copy batch", color="yellow"):
+                with sub("copy batch", color="yellow"):
                     batch = copy_data(batch)
-                with annotate("Compute", color="green"):
+                with sub("Compute", color="green"):
                     compute_step(batch)
 
     elif v.copy_mode == "streams":
@@ -137,3 +139,15 @@ def run(
     sched.finish()
     print(sched.report(workload="input-pipeline", variant=variant, world_size=1), flush=True)
     return sched
+
+
+UNNAMED_SUBRANGES = {"get batch": "prep", "copy batch": "move", "Compute": "fwd_bwd"}
+
+
+def _subrange_annotator(annotate, ranges: str):
+    """The annotator for a step's sub-ranges: the article's names, renamed ones, or none."""
+    if ranges == "step-only":
+        return noop_annotate
+    if ranges == "unnamed":
+        return lambda message, **kw: annotate(UNNAMED_SUBRANGES[message], **kw)
+    return annotate

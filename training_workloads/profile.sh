@@ -15,6 +15,9 @@
 #   NPROC=1              DDP variants: torchrun --nproc_per_node (outputs <name>_<RANK> when > 1)
 #   TRACE=cuda,nvtx,osrt nsys --trace
 #   NSYS_EXTRA=""        more nsys profile flags (e.g. --osrt-threshold=10000)
+#   QDSTRM_STRIP=        path of qdstrm_strip.py (../shared/tools, packed by `nsys-local.sh carry`):
+#                        with osrt traced, each .qdstrm left behind is stripped of its "Symbol Files"
+#                        section (~2.5 GB of copied ELF modules) right after the run
 #   PYTHON=python3, TORCHRUN=torchrun (falls back to "$PYTHON -m torch.distributed.run")
 #   EXPORT=1             run `nsys export --type sqlite` on each report (0: skip)
 #   LAUNCH=torchrun      DDP variants: torchrun (default) or direct (one process, world of one,
@@ -25,8 +28,8 @@
 # Where nsys has no report importer (seen with the 2023.4 target package on an H200), only a
 # .qdstrm is left: import it elsewhere (QdstrmImporter, or ../shared/tools/nsys-local.sh import),
 # after `python -m training_workloads.qdstrm_patch FILE.qdstrm` when the program used CUDA >= 12.5
-# APIs that nsys 2023.4 does not know (PyTorch DDP does). With nsys 2023.4, TRACE=cuda,nvtx:
-# osrt blew a 3-step run up to a 2.4 GB .qdstrm there (see CAPTURE_NOTES.md).
+# APIs that nsys 2023.4 does not know (PyTorch DDP does). OSRT with nsys 2023.4 needs a config.ini
+# holding `UseLZ4HighCompression=false` beside the nsys binary and the strip above (CAPTURE_NOTES.md).
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
 variant=$1; shift
@@ -57,12 +60,13 @@ nsys_args=(profile
   --capture-range=cudaProfilerApi --capture-range-end=stop
   --trace="$TRACE"
   --sample=none --cpuctxsw=none --backtrace=none
+  --cuda-graph-trace=node
   --force-overwrite=true)
 # shellcheck disable=SC2206
 [ -n "${NSYS_EXTRA:-}" ] && nsys_args+=($NSYS_EXTRA)
 
 set +e
-if [ "$workload" = input-pipeline ] || [ "$v" = single ] || [ "${LAUNCH:-torchrun}" = direct ]; then
+if [ "$workload" != ddp ] || [ "$v" = single ] || [ "${LAUNCH:-torchrun}" = direct ]; then
   "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/$NAME" "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@"
   rc=$?
 else
@@ -80,6 +84,14 @@ found() {  # existing files among <stem>.<ext> and <stem>_<rank>.<ext>
   for f in "$OUTDIR/$NAME.$ext" "$OUTDIR/${NAME}"_[0-9]*."$ext"; do [ -f "$f" ] && echo "$f"; done
   return 0
 }
+if [[ ",$TRACE," == *,osrt,* ]] && [ -n "${QDSTRM_STRIP:-}" ]; then
+  mapfile -t q < <(found qdstrm)
+  for f in "${q[@]}"; do
+    [[ $f == *.nosym.qdstrm ]] && continue
+    "$PYTHON" "$QDSTRM_STRIP" "$f" "${f%.qdstrm}.nosym.qdstrm" && mv -f "${f%.qdstrm}.nosym.qdstrm" "$f"
+    echo "profile.sh: stripped symbol files: $f is $(stat -c %s "$f") bytes" >&2
+  done
+fi
 mapfile -t reps < <(found nsys-rep)
 if [ ${#reps[@]} -eq 0 ]; then
   mapfile -t q < <(found qdstrm)

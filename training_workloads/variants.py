@@ -16,6 +16,7 @@ class InputPipelineVariant:
     non_blocking: bool
     copy_mode: str  # "inline" | "streams" | "prefetch"
     description: str
+    ranges: str = "article"  # NVTX: "article" (Batch i > get batch/copy batch/Compute), "unnamed", "step-only"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,47 @@ INPUT_PIPELINE_VARIANTS: dict[str, InputPipelineVariant] = {
             "prefetch", 8, True, True, "prefetch",
             "pinned + DataPrefetcher iterator (copy issued on a side stream inside get batch)",
         ),
+        InputPipelineVariant(
+            "loader-unnamed", 0, False, False, "inline",
+            "baseline, but the sub-ranges are named 'prep', 'move', 'fwd_bwd' (nothing loader-like)",
+            ranges="unnamed",
+        ),
+        InputPipelineVariant(
+            "loader-noranges", 0, False, False, "inline",
+            "baseline with only the 'Batch i' step range (no sub-ranges at all)",
+            ranges="step-only",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ScenarioVariant:
+    """One single-GPU scenario for a rule beyond the articles' host-to-device ladder."""
+
+    name: str
+    family: str  # "dtoh" | "tinyops" | "gpu-bound"
+    mode: str
+    description: str
+
+
+SCENARIO_VARIANTS: dict[str, ScenarioVariant] = {
+    v.name: v
+    for v in (
+        ScenarioVariant("dtoh-pageable", "dtoh", "pageable",
+                        "conv net, 100 MB outputs copied back with .cpu() and loss.item() every step"),
+        ScenarioVariant("dtoh-pinned-async", "dtoh", "pinned-async",
+                        "outputs copied into preallocated pinned buffers on a side stream (non_blocking), "
+                        "read one step later after an event wait"),
+        ScenarioVariant("dtoh-deferred", "dtoh", "deferred",
+                        "loss kept on the GPU, outputs and loss synced every 10 steps"),
+        ScenarioVariant("tinyops-eager", "tinyops", "eager",
+                        "residual MLP of 24 tiny blocks (batch 16, width 256), Adam(foreach=False): "
+                        "hundreds of ~2 us kernels per step"),
+        ScenarioVariant("tinyops-graphs", "tinyops", "graphs",
+                        "the same step captured once in a CUDA graph and replayed (Adam(capturable=True))"),
+        ScenarioVariant("gpu-bound", "gpu-bound", "resident",
+                        "ResNet-18, batch 128 at 224x224, data resident on the GPU: nothing to fix on the input side"),
     )
 }
 
@@ -73,35 +115,35 @@ DDP_VARIANTS: dict[str, DDPVariant] = {
     )
 }
 
-WORKLOAD_PREFIX = {"input-pipeline": "resnet18", "ddp": "vit_l32"}
+WORKLOAD_PREFIX = {"input-pipeline": "resnet18", "ddp": "vit_l32", "scenarios": ""}
+VARIANT_TABLES = {"input-pipeline": INPUT_PIPELINE_VARIANTS, "ddp": DDP_VARIANTS, "scenarios": SCENARIO_VARIANTS}
 
 
 def capture_name(workload: str, variant: str) -> str:
-    """File stem of a capture: ``capture_name('ddp', 'bucket-view') == 'vit_l32_bucket_view'``."""
-    table = INPUT_PIPELINE_VARIANTS if workload == "input-pipeline" else DDP_VARIANTS
+    """File stem of a capture: ``capture_name('ddp', 'bucket-view') == 'vit_l32_bucket_view'``;
+    scenarios have no prefix (``capture_name('scenarios', 'dtoh-pageable') == 'dtoh_pageable'``)."""
     if workload not in WORKLOAD_PREFIX:
         raise KeyError(f"unknown workload {workload!r}")
-    if variant not in table:
+    if variant not in VARIANT_TABLES[workload]:
         raise KeyError(f"unknown {workload} variant {variant!r}")
-    return f"{WORKLOAD_PREFIX[workload]}_{variant.replace('-', '_')}"
+    stem = variant.replace('-', '_')
+    return f"{WORKLOAD_PREFIX[workload]}_{stem}" if WORKLOAD_PREFIX[workload] else stem
 
 
 def parse_capture_name(name: str) -> tuple[str, str]:
     """Inverse of :func:`capture_name`; also accepts a bare variant name."""
     for workload, prefix in WORKLOAD_PREFIX.items():
-        if name.startswith(prefix + "_"):
+        if prefix and name.startswith(prefix + "_"):
             variant = name[len(prefix) + 1:].replace("_", "-")
             capture_name(workload, variant)  # validates
             return workload, variant
     bare = name.replace("_", "-")
-    if bare in INPUT_PIPELINE_VARIANTS:
-        return "input-pipeline", bare
-    if bare in DDP_VARIANTS:
-        return "ddp", bare
+    for workload, table in VARIANT_TABLES.items():
+        if bare in table:
+            return workload, bare
     raise KeyError(f"unknown capture or variant name {name!r}")
 
 
 ALL_CAPTURES: tuple[str, ...] = tuple(
-    [capture_name("input-pipeline", v) for v in INPUT_PIPELINE_VARIANTS]
-    + [capture_name("ddp", v) for v in DDP_VARIANTS]
+    capture_name(workload, v) for workload, table in VARIANT_TABLES.items() for v in table
 )
