@@ -74,37 +74,59 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
 
 def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | None = None, details: bool = True,
          per_rank: bool = False) -> None:
-    """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
-    holding several processes/GPUs), the cross-rank view comes first (JSON: key "ranks") and the
-    per-rank reports follow only with ``per_rank``."""
-    view = None
-    if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
-        view = ranks.cross_rank(reports)
-    shown = reports if view is None or per_rank else []
+    """Print the reports. With "ranks" in ``sections``, files form jobs (``ranks.jobs``); a job of several
+    ranks (several files, or one file holding several processes/GPUs) is led by its cross-rank view
+    (JSON: key "ranks", and "jobs" for several files), its per-rank reports follow only with ``per_rank``;
+    a file that belongs to no job is printed alone after its note."""
+    groups = ranks.jobs(reports) if "ranks" in sections else [{"traces": list(range(len(reports))), "note": None}]
+    for job in groups:
+        mine = [reports[i] for i in job["traces"]]
+        several = len(mine) > 1 or ranks.rank_count(mine[0]) > 1
+        job["view"] = ranks.cross_rank(mine) if "ranks" in sections and several else None
     if fmt == "json":
-        doc = reports[0] if len(reports) == 1 else {"format_version": reports[0]["format_version"], "traces": reports}
-        if view is not None:
-            doc = {**doc, "ranks": view}
-        click.echo(json_render.render(doc))
+        click.echo(json_render.render(json_doc(reports, groups)))
     elif fmt == "csv":
         key = "steps" if "steps" in sections else "summary"
         rows = [{"trace": r["trace"]["path"], **row} for r in reports
                 for row in (r["steps"] if key == "steps" else r["summary"]["devices"])]
         click.echo(csv_render.render(rows), nl=False)
     elif fmt == "markdown":
-        parts = [ranks_render.render_markdown(view, reports, top)] if view is not None else []
-        parts += [md_render.render(r, sections, top) for r in shown]
+        parts = []
+        for job in groups:
+            mine = [reports[i] for i in job["traces"]]
+            parts += [f"> {job['note']}"] if job["note"] else []
+            parts += [ranks_render.render_markdown(job["view"], mine, top)] if job["view"] is not None else []
+            parts += [md_render.render(r, sections, top) for r in mine if job["view"] is None or per_rank]
         click.echo("\n\n".join(parts))
     else:
         console = term_render.stdout_console()
-        if view is not None:
-            ranks_render.render_text(view, console, reports, top, details)
-            if not per_rank:
-                console.print(Text("Each rank's own headline, findings and tables: --per-rank.", style="dim"))
-        for i, r in enumerate(shown):
-            if i or view is not None:
+        for n, job in enumerate(groups):
+            mine, view = [reports[i] for i in job["traces"]], job["view"]
+            if n:
                 console.print()
-            term_render.render(r, console, sections, top, details)
+            if job["note"]:
+                console.print(Text("note: ", style="yellow") + Text(job["note"]))
+            if view is not None:
+                ranks_render.render_text(view, console, mine, top, details)
+                if not per_rank:
+                    console.print(Text("Each rank's own headline, findings and tables: --per-rank.", style="dim"))
+            for i, r in enumerate(mine if view is None or per_rank else []):
+                if i or view is not None:
+                    console.print()
+                term_render.render(r, console, sections, top, details)
+
+
+def json_doc(reports: list[dict], groups: list[dict]) -> dict:
+    """One report as is (with "ranks" when it holds several ranks); several: "traces", "jobs", and
+    "ranks" when they all form one job."""
+    if len(reports) == 1:
+        view = groups[0]["view"]
+        return reports[0] if view is None else {**reports[0], "ranks": view}
+    doc = {"format_version": reports[0]["format_version"], "traces": reports}
+    if len(groups) == 1 and groups[0]["view"] is not None:
+        doc["ranks"] = groups[0]["view"]
+    doc["jobs"] = [{"traces": j["traces"], "ranks": j["view"], "note": j["note"]} for j in groups]
+    return doc
 
 
 def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = None,

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..ranks import STRAGGLER_MIN_SHARE
+from ..ranks import NOISE_MADS, STRAGGLER_MIN_SHARE
 from .format import count, ms, pct
 from .markdown import _table as md_table
 from .markdown import findings_blocks
@@ -66,26 +66,32 @@ STEP_HEADERS = ["step", "ranks", "fastest", "median", "slowest", "spread", "slow
 
 def _step_cells(s: dict) -> list[str]:
     return [str(s["step"]), str(s["ranks"]), ms(s["min_ns"]), ms(s["median_ns"]), ms(s["max_ns"]), ms(s["spread_ns"]),
-            str(s["slowest_rank"]), ms(s["start_skew_ns"])]
+            "-" if s["slowest_rank"] is None else str(s["slowest_rank"]), ms(s["start_skew_ns"])]
 
 
 def verdict(view: dict) -> list[str]:
-    """The summary lines: spread, slowest rank, NCCL imbalance, likely straggler."""
+    """The summary lines: spread against the noise threshold, slowest rank, NCCL imbalance, likely straggler."""
     s = view["summary"]
     if not s.get("ranks"):
         return ["No rank with GPU work."]
+    slowest = f"; slowest rank {s['slowest_rank']}" if s.get("slowest_rank") is not None else ""
     lines = [f"{s['ranks']} ranks; step time ({s['scope']}) {ms(s['step_ns_min'])} to {ms(s['step_ns_max'])}, "
-             f"spread {ms(s['spread_ns'])} ({pct(s['spread_fraction'])} of the median); slowest rank {s['slowest_rank']}."]
+             f"spread {ms(s['spread_ns'])} ({pct(s['spread_fraction'])} of the median){slowest}."]
     if s.get("nccl_ns_max"):
+        least = f"; least on rank {s['least_nccl_rank']}" if s.get("least_nccl_rank") is not None else ""
         lines.append(f"NCCL time per rank {ms(s['nccl_ns_min'])} to {ms(s['nccl_ns_max'])} "
-                     f"(imbalance {ms(s['nccl_imbalance_ns'])}); least on rank {s['least_nccl_rank']}.")
+                     f"(imbalance {ms(s['nccl_imbalance_ns'])}){least}.")
+    threshold = (f"the noise threshold {ms(s['noise_ns'])} (the larger of {STRAGGLER_MIN_SHARE:.0%} of the median "
+                 f"step and {NOISE_MADS:g}× the ranks' step-time MAD)")
     if s.get("likely_straggler") is not None:
-        lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}).")
+        lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}; beyond {threshold}).")
     elif s.get("ranks", 0) > 1:
-        lines.append(f"No straggler: step and NCCL times differ by less than {STRAGGLER_MIN_SHARE:.0%} of the step.")
+        lines.append(f"No straggler: step and NCCL times differ by less than {threshold}.")
     if s.get("steps_compared"):
+        often = (f"; rank {s['slowest_rank_most_often']} is slowest most often"
+                 if s.get("slowest_rank_most_often") is not None else "")
         lines.append(f"{s['steps_compared']} steps compared across ranks: median per-step spread "
-                     f"{ms(s['step_spread_ns_median'])}; rank {s['slowest_rank_most_often']} is slowest most often.")
+                     f"{ms(s['step_spread_ns_median'])}{often}.")
     lines.append("Ranks aligned by session start (UTC): first GPU activity spread " + ms(s["start_spread_ns"]) + "."
                  if s.get("aligned") else "Session start time missing in some trace: ranks are not aligned in time.")
     return lines
