@@ -5,12 +5,14 @@ Exit codes: 0 success, 1 a ``compare --fail-on`` gate tripped, 2 bad input or us
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import sys
 from importlib import resources
 from pathlib import Path
 
 import click
+from click.utils import PacifyFlushWrapper
 from rich.console import Console
 from rich.text import Text
 
@@ -40,6 +42,7 @@ def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
 
 def guarded(path: str | os.PathLike, work, step_range: str | None):
     """``work(Analysis)`` on one file; any failure becomes a one-line InputError naming the file."""
+    reject_non_export(Path(path))
     try:
         with Analysis(path, step_range=step_range) as a:
             return work(a)
@@ -53,6 +56,22 @@ def guarded(path: str | os.PathLike, work, step_range: str | None):
         if os.environ.get("NSYSANALYZE_DEBUG"):
             raise
         raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
+
+
+def reject_non_export(p: Path) -> None:
+    """Files that are not an export but are often given as one: say what to do with them."""
+    if p.suffix.lower() == ".qdstrm":
+        raise InputError(f"{p}: is an nsys capture stream, not a report: import it with QdstrmImporter (in nsys' "
+                         f"host directory: QdstrmImporter -i {p.name}), then export the .nsys-rep it writes with "
+                         f"`nsys export --type sqlite -o {p.stem}.sqlite {p.stem}.nsys-rep`")
+    try:
+        with p.open("rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return  # missing or unreadable: the trace layer says so
+    if p.suffix.lower() == ".json" or head.startswith(b"{"):
+        raise InputError(f"{p}: is a JSON file (a saved report?); this command needs the nsys SQLite export "
+                         "(nsys export --type sqlite); compare, plot and report also read saved JSON reports")
 
 
 def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
@@ -144,8 +163,28 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
                                   on_done=lambda _p: progress.advance(task))
 
 
-STEP_RANGE = click.option("--step-range", metavar="REGEX",
+def _regex(ctx, param, value: str | None) -> str | None:
+    """--step-range: a valid Python regex (re.search on NVTX range names), else a usage error naming it."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise click.BadParameter(f"{value!r} is not a valid regular expression ({e})") from None
+    return value
+
+
+STEP_RANGE = click.option("--step-range", metavar="REGEX", callback=_regex,
                           help="NVTX range name regex that marks a step (default: auto).")
+
+
+def check_step_range(reports: list[dict], step_range: str | None) -> list[dict]:
+    """An explicit --step-range must select steps: else one error line naming the regex and the file."""
+    if step_range is not None:
+        for r in reports:
+            if not r["steps"]:
+                raise InputError(f"{r['trace']['path']}: --step-range {step_range!r} selects no step: no NVTX range "
+                                 "name matches it (re.search), or the matching ranges launched no GPU work")
+    return reports
 
 
 def common_options(f, formats=FORMATS):
@@ -183,7 +222,7 @@ def diagnose(files, fmt, step_range, example, jobs, dask_address, top, details, 
     a cross-rank view: step time per rank, spread, slowest rank, NCCL imbalance, likely straggler.
     A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
     """
-    reports = analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address)
+    reports = check_step_range(analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address), step_range)
     emit(reports, fmt, ("summary", "steps", "findings", "ranks"), top, details, per_rank)
 
 
@@ -191,14 +230,14 @@ def diagnose(files, fmt, step_range, example, jobs, dask_address, top, details, 
 @table_options
 def summary(files, fmt, step_range, example):
     """Whole-capture metrics per device (and per-step medians)."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",))
+    emit(check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range), fmt, ("summary",))
 
 
 @cli.command()
 @table_options
 def steps(files, fmt, step_range, example):
     """Per-step table: GPU window, idle, copies, NCCL, CPU sub-ranges."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",))
+    emit(check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range), fmt, ("steps",))
 
 
 @cli.command("redact")
@@ -265,7 +304,7 @@ def kernels_cmd(files, fmt, top, base, example, step_range):
 def load_report(path: str, step_range: str | None) -> dict:
     """A report dict from an nsys export, or from a saved ``--format json`` report (*.json)."""
     if not str(path).endswith(".json"):
-        return analyze(path, step_range)
+        return check_step_range([analyze(path, step_range)], step_range)[0]
     import json
 
     try:
@@ -390,7 +429,9 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as e:
         click.echo(f"nsysanalyze: error: {e}", err=True)
         rc = 2
-    except BrokenPipeError:
-        sys.stderr.close()
+    except BrokenPipeError:  # the reader (| head) went away: quiet, and not the exit code of a tripped gate
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = 0
+    except SystemExit as e:  # click turns a broken pipe into exit 1 after wrapping the streams
+        rc = 0 if isinstance(sys.stdout, PacifyFlushWrapper) else e.code
     sys.exit(rc or 0)

@@ -196,10 +196,11 @@ def bar_label(row: dict, many_devices: bool, is_step: bool) -> str:
 
 
 def gain_text(finding: dict) -> str:
-    """'up to 475.0 ms, 81.3% of the step' or 'no gain expected'."""
+    """'up to 475.0 ms, 81.3% of the step' (of the capture for a trace without steps) or 'no gain expected'."""
     if not finding["gain_ns"]:
         return "no gain expected"
-    return f"up to {ms(finding['gain_ns'])}, {finding['gain_pct']:.1f}% of the step"
+    of = "the capture" if finding.get("scope") == "capture" else "the step"
+    return f"up to {ms(finding['gain_ns'])}, {finding['gain_pct']:.1f}% of {of}"
 
 
 def next_text(finding: dict) -> str:

@@ -11,6 +11,9 @@ important columns (named in a line under it) until it fits, folding rather than 
 """
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 from rich.measure import Measurement
 from rich.syntax import Syntax
@@ -27,12 +30,23 @@ FULL_WIDTH = 10_000
 STEP_DROP_ORDER = ["munmap", "NCCL exp. ms", "DtoD", "HtoD hidden", "CPU ms", "HtoD ms", "NCCL ms", "GPU"]
 
 
+class StdoutConsole(Console):
+    """A console whose broken pipe (``| head``) is a BrokenPipeError for the CLI to end quietly with exit 0
+    (rich's default exits 1, the code of a tripped gate)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing more reaches the closed pipe, not even at exit
+        raise BrokenPipeError
+
+
 def stdout_console() -> Console:
     """A console for stdout: the terminal's width on a terminal, else full width with no wrapping."""
-    console = Console(highlight=False)
+    console = StdoutConsole(highlight=False)
     if console.is_terminal:
         return console
-    return Console(highlight=False, width=FULL_WIDTH, soft_wrap=True)
+    return StdoutConsole(highlight=False, width=FULL_WIDTH, soft_wrap=True)
 
 
 def fits(console: Console, table: Table) -> bool:
