@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,12 +17,30 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from . import attribution as A
+from . import framework as F
 from . import metrics as M
 from . import steps as S
+from .errors import InputError
 from .rules import Evidence, Finding, diagnose
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
 from .trace.tables import pid_of
+
+FORMAT_VERSION = 2  # 2: trace.framework/step_source, gaps, NCCL by kind, alloc/async_copy metrics
+
+
+@dataclass
+class StepChoice:
+    """How the steps were found: NVTX step rows (empty when inferred), their GPU windows, a label,
+    the source ('nvtx', 'inferred' or None) and the NVTX families rejected as not loop iterations."""
+
+    ranges: pd.DataFrame
+    windows: pd.DataFrame
+    label: str | None
+    source: str | None
+    rejected: list[str]
+
 
 @dataclass
 class TraceInfo:
@@ -34,6 +53,10 @@ class TraceInfo:
     processes: list[dict] = field(default_factory=list)  # globalPid, pid, name
     devices: list[dict] = field(default_factory=list)    # globalPid, deviceId, name
     step_family: str | None = None
+    step_source: str | None = None  # 'nvtx', 'inferred' (from the kernel sequence) or None
+    framework: str = "unknown"      # framework.Framework.name
+    framework_clues: list[str] = field(default_factory=list)
+    mpi: bool = False
 
 
 class Analysis:
@@ -74,12 +97,42 @@ class Analysis:
         return [self._kernels, self._memcpys, self._memsets]
 
     @cached_property
-    def _step_ranges(self) -> tuple[pd.DataFrame, str | None]:
-        return S.find_steps(self.trace.nvtx, self.step_range)
+    def _step_candidates(self) -> list[str]:
+        """NVTX families that may be the step range, best first (none when --step-range is given)."""
+        return [] if self.step_range is not None else S.step_family_candidates(self.trace.nvtx)
 
     @cached_property
     def _projects_steps(self) -> bool:
-        return not self._step_ranges[0].empty
+        return self.step_range is not None or bool(self._step_candidates)
+
+    @cached_property
+    def _step_choice(self) -> StepChoice:
+        """The steps: ``--step-range``'s ranges; else the first NVTX candidate family whose projected
+        steps look like loop iterations (steps.is_loop_iteration); else steps inferred from the
+        repeating kernel sequence (steps.inferred_steps); else none."""
+        nvtx, rejected = self.trace.nvtx, []
+        if self.step_range is not None:
+            ranges, label = S.find_steps(nvtx, self.step_range)
+            return StepChoice(ranges, self._project(ranges), label, "nvtx", rejected)
+        for family in self._step_candidates:
+            ranges = S.family_ranges(nvtx, family)
+            windows = self._project(ranges)
+            if S.is_loop_iteration(windows, self._kernels):
+                return StepChoice(ranges, windows, family, "nvtx", rejected)
+            rejected.append(family)
+        self._load_tables()
+        inferred = S.inferred_steps(self._kernels)
+        empty = pd.DataFrame(columns=S.STEP_COLUMNS)
+        if inferred.empty:
+            return StepChoice(empty, S.project_steps(empty, [], []), None, None, rejected)
+        period = int(inferred["period_kernels"].iloc[0])
+        return StepChoice(empty, inferred.drop(columns="period_kernels"),
+                          f"kernel sequence (period {period} kernels)", "inferred", rejected)
+
+    @property
+    def _step_ranges(self) -> tuple[pd.DataFrame, str | None]:
+        """NVTX step rows (empty for inferred steps) and the steps' label."""
+        return self._step_choice.ranges, self._step_choice.label
 
     @cached_property
     def _api_names(self) -> dict[int, str]:
@@ -87,7 +140,8 @@ class Analysis:
 
     @cached_property
     def _runtime_classified(self) -> pd.DataFrame:
-        """Runtime calls the metrics classify (launches, sync copies, sync waits), selected by API name in SQL."""
+        """Runtime calls the metrics classify (launches, sync copies, sync waits, allocations), selected by
+        API name in SQL."""
         return self.trace.runtime_named(M.api_categories(self._api_names))
 
     @cached_property
@@ -100,16 +154,13 @@ class Analysis:
             {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n) and i not in classified})
 
     @cached_property
-    def _projection(self) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
-        """Step windows, and the runtime frames they were projected with.
-
-        The runtime calls are selected by API name in SQL instead of loading every call: the calls the
-        metrics classify, the other calls that launch GPU work, then — so no launching call is missed
-        whatever its name — the calls of any GPU activity still without one (looked up by correlationId).
-        """
+    def _projection_runtime(self) -> list[pd.DataFrame]:
+        """Runtime frames steps are projected with: the classified calls, the other launching calls, then —
+        so no launching call is missed whatever its name — the calls of any GPU activity still without
+        one (looked up by correlationId once)."""
         self._load_tables()
-        ranges, parts = self._step_ranges[0], [self._runtime_classified, self._runtime_launching]
-        windows, missing = S.project_steps_checked(ranges, parts, self._gpu_parts)
+        parts = [self._runtime_classified, self._runtime_launching]
+        missing = S.unlaunched_activities(parts, self._gpu_parts)
         if len(missing):
             loaded = set(M.api_categories(self._api_names))
             loaded |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
@@ -118,12 +169,17 @@ class Analysis:
             extra = extra[key.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)
             if len(extra):
                 parts.append(extra)
-                windows = S.project_steps(ranges, parts, self._gpu_parts)
-        return windows, parts
+        return parts
+
+    def _project(self, ranges: pd.DataFrame) -> pd.DataFrame:
+        """Step windows of NVTX step rows (steps.project_steps)."""
+        if ranges.empty:
+            return S.project_steps(ranges, [], [])
+        return S.project_steps(ranges, self._projection_runtime, self._gpu_parts)
 
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
-        self._step_ranges, self._api_names  # noqa: B018 (small: read first, in this thread)
+        self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
         names = ["_kernels", "_runtime_classified", "_memcpys", "_memsets"]
         names += ["_runtime_launching"] if self._projects_steps else []
         names = [n for n in names if n not in self.__dict__]
@@ -136,9 +192,7 @@ class Analysis:
 
     @cached_property
     def _step_windows(self) -> pd.DataFrame:
-        if not self._projects_steps:
-            return S.project_steps(self._step_ranges[0], [], [])
-        return self._projection[0]
+        return self._step_choice.windows
 
     @cached_property
     def _capture_windows(self) -> pd.DataFrame:
@@ -152,28 +206,38 @@ class Analysis:
     @cached_property
     def _window_metric_columns(self) -> pd.DataFrame:
         """Metric columns of every step window, then every capture window, as ``metrics.window_metrics``
-        computes them, in one pass over the trace's rows (a window's metrics depend on that window only).
+        computes them, in one pass over the trace's rows (a window's metrics depend on that window only),
+        plus the idle-gap metrics; the idle-gap attribution (``_gaps``) is made in the same pass.
 
-        CPU metrics go first so the runtime calls can be released before the GPU metrics build
-        their interval unions; the loaded rows are released at the end.
+        CPU metrics count the calls of every thread of the window's process (PyTorch launches the
+        backward pass from autograd threads). They go first so the runtime calls can be released
+        before the GPU metrics build their interval unions; the loaded rows are released at the end.
         """
         steps, capture = self._step_windows, self._capture_windows
         capture = capture.assign(globalTid=-1, cpu_start=capture["window_start"], cpu_end=capture["window_end"])
-        windows = pd.concat([w[self.WINDOW_KEYS] for w in (steps, capture) if len(w)], ignore_index=True)
+        windows = pd.concat([w[self.WINDOW_KEYS].assign(globalTid=-1) for w in (steps, capture) if len(w)],
+                            ignore_index=True)
         if windows.empty:
+            self.__dict__["_gaps"] = pd.DataFrame({c: [] for c in A.GAP_COLUMNS})
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
-        busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets) if len(self._munmap) else {}  # munmap only
-        cpu = M.cpu_metrics(windows, M.classify_runtime(self._runtime_classified, self._api_names), self._munmap, busy)
-        del busy
-        for name in ("_projection", "_runtime_classified", "_runtime_launching"):
+        busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
+        runtime = M.classify_runtime(self._runtime_classified, self._api_names)
+        cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
+        host, _ = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0])
+        steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
+        self.__dict__["_gaps"] = A.attribute(capture, steps_at, busy, host, A.sync_ends(runtime))
+        gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), busy) for w in (steps, capture) if len(w)],
+                         ignore_index=True)
+        del busy, host, runtime
+        for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
         kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
-        gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids)
+        gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
         self.__dict__.pop("_memsets", None)
-        return pd.concat([gpu, cpu], axis=1)
+        return pd.concat([gpu, cpu, gaps], axis=1)
 
     def _metrics_of(self, windows: pd.DataFrame, first: int) -> pd.DataFrame:
         """``windows`` with their metric columns (rows ``first``.. of _window_metric_columns)."""
@@ -181,8 +245,25 @@ class Analysis:
         return pd.concat([windows, cols], axis=1)
 
     @cached_property
+    def _nccl_kinds(self) -> dict[int, str]:
+        """NCCL kernel nameId -> collective kind (metrics.nccl_kind)."""
+        return {i: M.nccl_kind(n) for i, n in self.trace.strings(self.trace.nccl_kernel_name_ids).items()}
+
+    @cached_property
+    def _osrt(self) -> pd.DataFrame:
+        """Every OS runtime call (start, end, globalTid, name); empty without OSRT."""
+        return self.trace.osrt(None)
+
+    @property
     def _munmap(self) -> pd.DataFrame:
-        return self.trace.osrt(("munmap",))
+        o = self._osrt
+        return o[o["name"] == "munmap"]
+
+    def gaps(self) -> pd.DataFrame:
+        """Idle-gap attribution: GPU idle ns per (globalPid, deviceId, step, cause_kind, cause, before_launch)
+        (step -1: idle outside every step window; see nsysanalyze.attribution)."""
+        self._window_metric_columns  # noqa: B018 (made in the same pass)
+        return self._gaps.copy()
 
     def steps(self) -> pd.DataFrame:
         """Per (step, device) metrics; empty when no step range was found."""
@@ -221,6 +302,11 @@ class Analysis:
             return []
         sub = self.subranges()
         facts_all = self._facts()
+        steady = M.steady_steps(steps) if not steps.empty else steps
+        steady_ids = {(int(p), int(d)): sorted(g["step"].astype(int)) for (p, d), g in
+                      steady.groupby(["globalPid", "deviceId"])} if not steady.empty else {}
+        gaps = A.summarize(self.gaps(), steady_ids)
+        gpu_names = dict(zip(self.trace.gpus["deviceId"], self.trace.gpus["name"])) if not self.trace.gpus.empty else {}
         out = []
         for _, row in summary.iterrows():
             pid, dev = int(row["globalPid"]), int(row["deviceId"])
@@ -236,7 +322,9 @@ class Analysis:
             subr = {n: (float(r["ns"]), float(r["share"])) for n, r in per_name.iterrows()}
             facts = dict(facts_all)
             facts.update(self._device_facts(pid, dev))
-            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=subr, facts=facts))
+            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=subr, facts=facts,
+                                gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
+                                framework=self.framework.name, gpu_name=gpu_names.get(dev, "")))
         return out
 
     def _facts(self) -> dict[str, float]:
@@ -284,7 +372,20 @@ class Analysis:
             devices=[{"globalPid": int(p), "deviceId": int(d), "name": str(gpu_names.get(d, ""))}
                      for p, d in act_keys.itertuples(index=False)],
             step_family=self._step_ranges[1],
+            step_source=self._step_choice.source,
+            framework=self.framework.name,
+            framework_clues=self.framework.clues,
+            mpi=self.framework.mpi,
         )
+
+    @cached_property
+    def framework(self) -> F.Framework:
+        """What produced the trace (framework.detect), from the profiled processes and the export's strings."""
+        t = self.trace
+        commands = [v for k, vs in t.schema.capture.items() if k.endswith(":COMMAND") for v in vs]
+        pids = set(self._capture_windows["globalPid"]) | (set(pid_of(t.nvtx["globalTid"])) if not t.nvtx.empty else set())
+        names = [str(r.name) for r in t.processes.itertuples() if r.globalPid in pids]
+        return F.detect(t.has_string_like, commands + names, not self._capture_windows.empty)
 
     @cached_property
     def notes(self) -> list[str]:
@@ -293,36 +394,38 @@ class Analysis:
         if self._capture_windows.empty:
             notes.append("No GPU activity (kernels, memcpys, memsets) in this export: capture with --trace=cuda "
                          "and make sure the profiled range includes GPU work.")
+        choice = self._step_choice
         if t.nvtx.empty:
             counts = t.nvtx_event_type_counts
             only_domains = bool(counts) and set(counts) <= {NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY}
-            if t.schema.nvtx_trace_requested and (only_domains or not counts) and self._profiled_python:
-                notes.append(
-                    "NVTX tracing was on but no NVTX range was recorded: the python `nvtx` package is likely newer "
-                    "than the nsys that recorded it (nvtx >= 0.2.12 is not recorded by nsys 2023.4): pin "
-                    "nvtx==0.2.11 or use a newer nsys. The capture is analyzed as one window per device.")
+            if t.schema.nvtx_trace_requested and (only_domains or not counts) and self.framework.is_python:
+                version = t.schema.nsys_version or "unknown"
+                known = (" (nsys 2023.4 does not record python nvtx >= 0.2.12: pin nvtx==0.2.11 or use a newer nsys)"
+                         if version.startswith("2023.4") else " (check that this nsys records your nvtx version)")
+                notes.append(f"NVTX tracing was on but this Python program recorded no NVTX range with nsys {version}: "
+                             f"the python `nvtx` package may be one this nsys does not record{known}.")
             elif t.schema.nvtx_trace_requested:
-                notes.append("NVTX tracing was on but the program recorded no NVTX range: the capture is analyzed "
-                             "as one window per device (annotate steps with NVTX for per-step results).")
+                notes.append("NVTX tracing was on but the program recorded no NVTX range (annotate steps with NVTX "
+                             "for per-step results).")
             else:
-                notes.append("No NVTX ranges: the capture is analyzed as one window per device "
-                             "(annotate steps with NVTX and capture with --trace=cuda,nvtx for per-step results).")
-        elif self._step_ranges[0].empty:
-            notes.append("No repeating step range found among the NVTX ranges; the capture is analyzed as one window "
-                         "per device (pass --step-range REGEX to choose the step range).")
+                notes.append("No NVTX ranges (annotate steps with NVTX and capture with --trace=cuda,nvtx for "
+                             "per-step results).")
+        if choice.rejected:
+            notes.append("NVTX families " + ", ".join(repr(f) for f in choice.rejected) + " were not taken as steps: "
+                         "their ranges hold only part of one iteration of the repeating GPU work (op- or layer-level).")
+        if choice.source == "inferred":
+            notes.append(f"Steps inferred from the GPU work itself: {choice.label} (no NVTX step range); pass "
+                         "--step-range REGEX to choose one.")
+        elif choice.source is None and not self._capture_windows.empty:
+            notes.append("No steps: no NVTX step range and no repeating kernel sequence; the capture is analyzed as one "
+                         "window per device (pass --step-range REGEX to choose the step range).")
         elif self._step_windows.empty and not self._capture_windows.empty:
             notes.append("Step ranges were found but none launched GPU work that could be correlated "
                          "(runtime API not traced?); per-step GPU metrics are unavailable.")
         if not t.schema.has("OSRT_API"):
-            notes.append("No OS runtime data: munmap evidence is unavailable (capture with --trace=cuda,nvtx,osrt).")
+            notes.append("No OS runtime data: munmap and OS-call evidence is unavailable (capture with "
+                         "--trace=cuda,nvtx,osrt).")
         return notes
-
-    @property
-    def _profiled_python(self) -> bool:
-        """Whether the profiled command (or a traced process) is a Python interpreter."""
-        commands = [v for k, vs in self.trace.schema.capture.items() if k.endswith(":COMMAND") for v in vs]
-        names = commands + list(self.trace.processes["name"].astype(str))
-        return any("python" in n.lower() for n in names)
 
     # ---- everything, as plain data --------------------------------------------------
     def to_dict(self) -> dict:
@@ -330,6 +433,14 @@ class Analysis:
         from .render.contract import report
 
         return report(self)
+
+    def where_gpu_waited(self) -> pd.DataFrame:
+        """Per (process, device): the idle-gap attribution the rules read — GPU idle ns per cause (median per
+        steady step, or whole capture without steps), with the part before the step's first launch and
+        after host syncs: globalPid, deviceId, scope, cause_kind, cause, ns, before_launch_ns, after_sync_ns."""
+        rows = [ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope) for ev in self.evidence()]
+        cols = ["globalPid", "deviceId", "scope", *A.SUMMARY_COLUMNS]
+        return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
 # Host<->device copy metrics the rules read per step from the whole capture (total / steps):
@@ -343,6 +454,29 @@ def copies_per_step(capture: pd.Series, steps: int) -> dict[str, float]:
     out = {k: float(capture[k]) / steps for k in CAPTURE_COPY_TOTALS}
     out["htod_kernel_overlap"] = capture["htod_kernel_overlap"]
     return out
+
+
+def run(path: str | os.PathLike, work, step_range: str | None = None):
+    """``work(Analysis)`` on one export; any failure becomes a one-line InputError naming the file
+    (NSYSANALYZE_DEBUG=1 re-raises unexpected errors)."""
+    try:
+        with Analysis(path, step_range=step_range) as a:
+            return work(a)
+    except InputError:
+        raise
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"{path}: corrupted or unreadable SQLite export ({e})") from None
+    except MemoryError:
+        raise InputError(f"{path}: out of memory while analyzing") from None
+    except Exception as e:  # never a traceback for a bad file
+        if os.environ.get("NSYSANALYZE_DEBUG"):
+            raise
+        raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
+
+
+def report(path: str | os.PathLike, step_range: str | None = None) -> dict:
+    """The whole pipeline on one export → its report dict (``Analysis.to_dict``); errors as :func:`run`."""
+    return run(path, Analysis.to_dict, step_range)
 
 
 def open(path: str | os.PathLike, step_range: str | None = None) -> Analysis:  # noqa: A001 (mirrors builtins.open)

@@ -15,12 +15,12 @@ from .errors import InputError
 
 def analyze_job(path: str, step_range: str | None, reader_threads: int | None = None) -> dict:
     """One export -> its report dict; run in a worker (``reader_threads``: SQLite reader threads it may use)."""
-    from .cli import analyze
+    from .analysis import report
     from .trace import tables
 
     if reader_threads:
         tables.WORKERS = reader_threads
-    return analyze(path, step_range)
+    return report(path, step_range)
 
 
 def analyze_many(paths: Sequence[str | os.PathLike], step_range: str | None, jobs: int | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import stat
 import sys
 from importlib import resources
 from pathlib import Path
@@ -17,13 +18,17 @@ from rich.console import Console
 from rich.text import Text
 
 from . import batch, ranks
-from .analysis import Analysis
+from .analysis import report as analyze
+from .analysis import run as run_analysis
 from .errors import InputError
+from .outputs import atomic_output, check_output
 from .render import csv as csv_render
 from .render import json as json_render
 from .render import markdown as md_render
 from .render import ranks as ranks_render
+from .render.sanitize import markdown_text, printable
 from .render import terminal as term_render
+from .trace.open import stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 TABLE_FORMATS = click.Choice(["text", "json", "markdown", "csv"])
@@ -33,29 +38,6 @@ EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 def example_path() -> Path:
     """The real trace bundled with the package (made by this project's training_workloads)."""
     return Path(str(resources.files("nsysanalyze") / "data" / EXAMPLE_TRACE))
-
-
-def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
-    """Run the whole pipeline on one file; any failure becomes a one-line InputError naming the file."""
-    return guarded(path, lambda a: a.to_dict(), step_range)
-
-
-def guarded(path: str | os.PathLike, work, step_range: str | None):
-    """``work(Analysis)`` on one file; any failure becomes a one-line InputError naming the file."""
-    reject_non_export(Path(path))
-    try:
-        with Analysis(path, step_range=step_range) as a:
-            return work(a)
-    except InputError:
-        raise
-    except sqlite3.DatabaseError as e:
-        raise InputError(f"{path}: corrupted or unreadable SQLite export ({e})") from None
-    except MemoryError:
-        raise InputError(f"{path}: out of memory while analyzing") from None
-    except Exception as e:  # never a traceback for a bad file; NSYSANALYZE_DEBUG=1 shows it
-        if os.environ.get("NSYSANALYZE_DEBUG"):
-            raise
-        raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
 
 
 def reject_non_export(p: Path) -> None:
@@ -79,12 +61,18 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
     paths = [example_path()] if example else []
     for f in files:
         p = Path(f)
-        if p.is_dir():
-            inside = sorted(p.glob("*.sqlite"))
+        if stat.S_ISDIR(stat_input(p).st_mode):
+            try:
+                inside = sorted(p / n for n in os.listdir(p) if n.endswith(".sqlite") and not n.startswith("."))
+            except OSError as e:
+                raise InputError(f"{p}: cannot list this directory ({e.strerror})") from None
             if not inside:
                 raise InputError(f"{p}: is a directory with no .sqlite exports in it")
+            for q in inside:
+                stat_input(q)  # a FIFO or device among them: refused now, never opened
             paths += inside
         else:
+            reject_non_export(p)
             paths.append(p)
     if not paths:
         raise click.UsageError("give at least one nsys SQLite export (or --example)")
@@ -113,7 +101,7 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | No
         parts = []
         for job in groups:
             mine = [reports[i] for i in job["traces"]]
-            parts += [f"> {job['note']}"] if job["note"] else []
+            parts += [f"> {markdown_text(job['note'])}"] if job["note"] else []
             parts += [ranks_render.render_markdown(job["view"], mine, top)] if job["view"] is not None else []
             parts += [md_render.render(r, sections, top) for r in mine if job["view"] is None or per_rank]
         click.echo("\n\n".join(parts))
@@ -124,7 +112,7 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | No
             if n:
                 console.print()
             if job["note"]:
-                console.print(Text("note: ", style="yellow") + Text(job["note"]))
+                console.print(Text("note: ", style="yellow") + Text(printable(job["note"])))
             if view is not None:
                 ranks_render.render_text(view, console, mine, top, details)
                 if not per_rank:
@@ -240,22 +228,26 @@ def steps(files, fmt, step_range, example):
     emit(check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range), fmt, ("steps",))
 
 
+FORCE = click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input file).")
+
+
 @cli.command("redact")
 @click.argument("src", metavar="IN")
 @click.argument("dst", metavar="OUT")
-def redact_cmd(src, dst):
+@FORCE
+def redact_cmd(src, dst, force):
     """Copy IN to OUT without environment, absolute paths, host and user names (IN is never modified)."""
     from .trace.redact import redact
 
     try:
-        removed = redact(src, dst)
+        removed = redact(src, dst, force=force)
     except sqlite3.DatabaseError as e:
         raise InputError(f"{src}: corrupted or unreadable SQLite export ({e})") from None
     what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in removed.items() if n) or "nothing to remove"
     click.echo(f"wrote {dst}: removed {what}")
 
 
-def kernel_doc(a: Analysis, base: bool, top: int | None) -> dict:
+def kernel_doc(a, base: bool, top: int | None) -> dict:
     """The kernel view of one analysis as plain data (docs/json.md, ``kernels``)."""
     from .kernels import kernel_table
     from .kernels import top as top_kernels
@@ -287,7 +279,7 @@ def kernels_cmd(files, fmt, top, base, example, step_range):
     """
     from .render import kernels as kernels_render
 
-    docs = [guarded(p, lambda a: kernel_doc(a, base, top), step_range) for p in expand_inputs(files, example)]
+    docs = [run_analysis(p, lambda a: kernel_doc(a, base, top), step_range) for p in expand_inputs(files, example)]
     if fmt == "json":
         out = docs[0] if len(docs) == 1 else {"format_version": docs[0]["format_version"], "traces": docs}
         click.echo(json_render.render(out))
@@ -304,9 +296,11 @@ def kernels_cmd(files, fmt, top, base, example, step_range):
 def load_report(path: str, step_range: str | None) -> dict:
     """A report dict from an nsys export, or from a saved ``--format json`` report (*.json)."""
     if not str(path).endswith(".json"):
+        reject_non_export(Path(path))
         return check_step_range([analyze(path, step_range)], step_range)[0]
     import json
 
+    stat_input(path)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -374,8 +368,9 @@ def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
 @cli.command("plot")
 @click.argument("files", nargs=-1, required=True)
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
+@FORCE
 @STEP_RANGE
-def plot_cmd(files, out, step_range):
+def plot_cmd(files, out, force, step_range):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
 
     Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
@@ -385,32 +380,33 @@ def plot_cmd(files, out, step_range):
 
     if not out.lower().endswith(plot.FORMATS):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
-    reports = [load_report(str(p), step_range) for p in expand_inputs(files, False)]
-    click.echo(f"wrote {plot.save(reports, out)}")
+    paths = expand_inputs(files, False)
+    target = check_output(out, paths, force)
+    reports = [load_report(str(p), step_range) for p in paths]
+    with atomic_output(target) as tmp:
+        plot.save(reports, tmp)
+    click.echo(f"wrote {out}")
 
 
 @cli.command("report")
 @click.argument("file")
 @click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
+@FORCE
 @STEP_RANGE
-def report_cmd(file, baseline, out, step_range):
+def report_cmd(file, baseline, out, force, step_range):
     """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
     from .compare import compare
     from .render import html as html_render
     from .render import plot
 
-    target = Path(out)
-    if target.is_dir() or not target.parent.resolve().is_dir():
-        raise InputError(f"{out}: give the path of the HTML file to write (its folder must exist)")
+    target = check_output(out, [file, baseline] if baseline else [file], force)
     new = load_report(file, step_range)
     base = load_report(baseline, step_range) if baseline else None
     chart = plot.svg([base, new] if base else [new])
     page = html_render.render(new, chart, compare(base, new) if base else None)
-    try:
-        target.write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{out}: cannot write ({e.strerror})") from None
+    with atomic_output(target) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     click.echo(f"wrote {out}")
 
 
@@ -424,10 +420,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("nsysanalyze: aborted", err=True)
         rc = 130
     except click.UsageError as e:
-        click.echo(f"nsysanalyze: error: {e.format_message()} (see --help)", err=True)
+        click.echo(f"nsysanalyze: error: {printable(e.format_message())} (see --help)", err=True)
         rc = 2
     except InputError as e:
-        click.echo(f"nsysanalyze: error: {e}", err=True)
+        click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
         rc = 2
     except BrokenPipeError:  # the reader (| head) went away: quiet, and not the exit code of a tripped gate
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -95,6 +95,7 @@ UNIT_SCALE = {NS: {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9},
               COUNT: {}, FRACTION: {}}
 GATE = re.compile(r"^\s*(?P<name>[a-z_][a-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?\s*"
                   r"(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?\s*(?P<unit>%|[a-zA-Z]+)?\s*$")
+GATE_MAX = 1e18  # largest gate threshold in a metric's unit (ns: 31 years; bytes: 1 EB)
 OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
 
 
@@ -134,7 +135,7 @@ def parse_gate(expr: str) -> Gate:
     if name not in BY_NAME:
         raise GateError(f"unknown metric {name!r} in --fail-on {expr!r} (known: {', '.join(BY_NAME)})")
     metric = BY_NAME[name]
-    value = float(m["num"]) * (10 ** int(m["exp"]) if m["exp"] else 1)
+    value = float(m["num"] + (f"e{m['exp']}" if m["exp"] else ""))  # a float parse: 1e99999999 is inf at once
     unit = (m["unit"] or "").lower()
     signed = m["sign"] is not None
     if unit == "%":
@@ -153,6 +154,8 @@ def parse_gate(expr: str) -> Gate:
             raise GateError(f"--fail-on {expr!r}: {what} {name} ({metric.unit}; units: {known})")
         value *= UNIT_SCALE[metric.unit].get(unit, 1)
         kind = "absolute" if signed else "level"
+    if not abs(value) <= GATE_MAX:
+        raise GateError(f"--fail-on {expr!r}: value out of range (larger than {GATE_MAX:g})")
     if m["sign"] == "-":
         value = -value
     return Gate(expr=expr.strip(), metric=name, op=m["op"], kind=kind, threshold=value)

@@ -12,11 +12,16 @@ clipped to the window; counts and bytes are attributed by activity start):
 - memcpy_kernel_overlap = |memcpys ∩ kernels| / |memcpys| (1.0: every copy hidden under compute);
   htod_kernel_overlap likewise for host-to-device copies only
 - nccl_ns = |NCCL kernels|; nccl_share = nccl_ns / window_ns;
-  nccl_exposed_ns = |NCCL kernels - non-NCCL kernels| (communication nothing else hides)
+  nccl_exposed_ns = |NCCL kernels - non-NCCL kernels| (communication nothing else hides);
+  per collective kind K (NCCL_KINDS, from the kernel name): nccl_K_count, nccl_K_ns = |K kernels|,
+  nccl_K_exposed_ns = |K kernels - non-NCCL kernels|
 - dtod_* (copyKind 8) and ptop_* (copyKind 10): bytes, count, ns
-- htod_* / dtoh_*: bytes split by host memory kind (pageable srcKind/dstKind 0, pinned 1)
-- launch_* / sync_copy_* / sync_wait_*: CUDA API calls on the window's CPU thread(s):
-  kernel launches, synchronous memcpy APIs (no ``Async``), and explicit synchronizations
+- htod_* / dtoh_*: bytes split by host memory kind (pageable srcKind/dstKind 0, pinned 1);
+  dtoh_hidden_ns = |DtoH copies ∩ kernels|
+- launch_* / sync_copy_* / sync_wait_* / async_copy_* / alloc_*: CUDA API calls on the window's CPU
+  thread(s): kernel launches, synchronous memcpy APIs (no ``Async``), explicit synchronizations,
+  ``*Async`` copies (which block the host too when the host memory is pageable), and
+  allocations/frees of device or pinned memory
 - munmap_count/munmap_ns: munmap calls in the CPU range; munmap_gpu_idle_ns = GPU idle in the
   window that coincides with them (|munmap - busy|)
 - time_* : a partition of the window (they sum to window_ns) over X = non-NCCL kernels,
@@ -41,17 +46,36 @@ API_PATTERNS = {
                             r"cuMemcpy(HtoD|DtoH|DtoD|HtoA|AtoH|AtoD|DtoA|2D|3D|Peer)?)(_v\d+)?(_ptds)?$"),
     "sync_wait": re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
                             r"cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize)(_v\d+)?(_ptsz)?$"),
+    "async_copy": re.compile(r"^(cudaMemcpy\w*Async|cuMemcpy\w*Async)(_v\d+)?(_ptsz)?$"),
+    "alloc": re.compile(r"^(cudaMalloc(Host|Managed|Pitch|3D)?|cudaHostAlloc|cudaFree(Host)?|cudaHost(Un)?[Rr]egister|"
+                        r"cuMemAlloc(Host|Managed|Pitch)?|cuMemFree(Host)?|cuMemHostAlloc|cuMemHost(Un)?[Rr]egister)"
+                        r"(_v\d+)?$"),
 }
 
 
+NCCL_KINDS = ["allreduce", "reducescatter", "allgather", "broadcast", "reduce", "sendrecv", "alltoall"]
+
+
+def nccl_kind(kernel_name: str) -> str:
+    """Collective kind of an NCCL kernel name ('ncclDevKernel_AllReduce_Sum_f32_RING_LL' -> 'allreduce');
+    point-to-point kernels (SendRecv, Send, Recv) are 'sendrecv'; '' when none is named."""
+    low = kernel_name.lower()
+    for kind in ("allreduce", "reducescatter", "allgather", "broadcast", "alltoall", "sendrecv"):
+        if kind in low:
+            return kind
+    if "send" in low or "recv" in low:
+        return "sendrecv"
+    return "reduce" if "reduce" in low else ""
+
+
 def api_categories(names: dict[int, str]) -> dict[int, str]:
-    """nameId -> category ('launch', 'sync_copy', 'sync_wait') of the runtime API names that have one."""
+    """nameId -> category ('launch', 'sync_copy', 'sync_wait', 'async_copy', 'alloc') of the runtime API names that have one."""
     category = {i: next((k for k, p in API_PATTERNS.items() if p.match(n)), "") for i, n in names.items()}
     return {i: c for i, c in category.items() if c}
 
 
 def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
-    """Runtime calls of interest with an ``api`` column ('launch', 'sync_copy', 'sync_wait'; categorical)."""
+    """Runtime calls of interest with an ``api`` column ('launch', 'sync_copy', 'sync_wait', 'async_copy', 'alloc'; categorical)."""
     category = api_categories(names)
     labels = list(API_PATTERNS)
     ids = np.array(sorted(category), dtype=np.int64)
@@ -124,8 +148,9 @@ def _masked(cov: Coverage, starts: np.ndarray, ends: np.ndarray, mask: np.ndarra
 
 
 def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
-                nccl_name_ids: np.ndarray) -> pd.DataFrame:
-    """GPU-side metrics per window row (same index as ``windows``); see the module docstring."""
+                nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str] | None = None) -> pd.DataFrame:
+    """GPU-side metrics per window row (same index as ``windows``); see the module docstring.
+    ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`)."""
     out = {}
     if len(windows):
         k_rows = _by_device(kernels, ["start", "end", "nameId"])
@@ -133,7 +158,8 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
         s_rows = _by_device(memsets, ["start", "end"])
         w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
         for key, idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
-            cols = _device_metrics(w_start[idx], w_end[idx], k_rows(key), m_rows(key), s_rows(key), nccl_name_ids)
+            cols = _device_metrics(w_start[idx], w_end[idx], k_rows(key), m_rows(key), s_rows(key), nccl_name_ids,
+                                   nccl_kinds or {})
             for name, values in cols.items():
                 out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
     frame = pd.DataFrame(out, index=windows.index) if out else pd.DataFrame(index=windows.index)
@@ -147,7 +173,8 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
     return frame
 
 
-def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, nccl_name_ids: np.ndarray) -> dict:
+def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, nccl_name_ids: np.ndarray,
+                    nccl_kinds: dict[int, str]) -> dict:
     """GPU metrics of one device's windows [a, b) from its kernel, memcpy and memset columns.
 
     Only the unions K (kernels), X (non-NCCL), N (NCCL), memcpys and memsets are built; every
@@ -176,6 +203,16 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     nccl_ns = kernel_ns if nccl is kern else nccl.within(a, b)
     compute_copy = kernel_copy if compute is kern else intersection_within(compute, copy_or_set, a, b)
     nccl_copy = kernel_copy if nccl is kern else intersection_within(nccl, copy_or_set, a, b)
+    per_kind = {}
+    for kind in NCCL_KINDS:
+        ids = np.array([i for i, kd in nccl_kinds.items() if kd == kind], dtype=np.int64)
+        mask = np.isin(k["nameId"], ids) if ids.size else np.zeros(ks.size, dtype=bool)
+        cov = _masked(kern, ks, ke, mask)
+        kind_ns = cov.within(a, b)
+        per_kind[f"nccl_{kind}_count"] = count_in_windows(ks[mask], a, b)
+        per_kind[f"nccl_{kind}_ns"] = kind_ns
+        per_kind[f"nccl_{kind}_exposed_ns"] = kind_ns - intersection_within(cov, compute, a, b) if mask.any() else kind_ns
+    dtoh_cov = _masked(copies, ms, me, dtoh)
     return {
         "window_ns": b - a,
         "busy_ns": busy_ns,
@@ -196,7 +233,8 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "dtoh_count": copy_sum(dtoh, ones_m),
         "dtoh_bytes": copy_sum(dtoh, m_bytes),
         "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
-        "dtoh_ns": _masked(copies, ms, me, dtoh).within(a, b),
+        "dtoh_ns": dtoh_cov.within(a, b),
+        "dtoh_hidden_ns": intersection_within(dtoh_cov, kern, a, b),
         "dtod_count": copy_sum(dtod, ones_m),
         "dtod_bytes": copy_sum(dtod, m_bytes),
         "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),
@@ -213,6 +251,7 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "time_copy_exposed_ns": busy_ns - kernel_ns,
         "time_nccl_overlapped_ns": (compute_ns + copy_ns - compute_copy) + (nccl_ns + copy_ns - nccl_copy) - copy_ns - busy_ns,
         "time_nccl_exposed_ns": busy_ns - (compute_ns + copy_ns - compute_copy),
+        **per_kind,
     }
 
 

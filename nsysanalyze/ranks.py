@@ -176,8 +176,7 @@ def cross_rank(reports: list[dict]) -> dict:
         nccl = pd.to_numeric(ranks["nccl_ns"], errors="coerce").fillna(0).astype(float)
         if nccl.max() > 0:
             summary.update({"nccl_ns_min": nccl.min(), "nccl_ns_max": nccl.max(), "nccl_imbalance_ns": nccl.max() - nccl.min(),
-                            "least_nccl_rank": int(ranks.loc[nccl.idxmin(), "rank"]) if nccl.max() - nccl.min() >= noise
-                            else None})
+                            "least_nccl_rank": int(ranks.loc[nccl.idxmin(), "rank"])})
         if len(ranks) > 1 and nccl.max() - nccl.min() >= noise and nccl.max() > 0:
             summary.update({"likely_straggler": summary["least_nccl_rank"],
                             "straggler_reason": "least NCCL time: the other ranks wait for it inside their collectives"})
@@ -188,7 +187,7 @@ def cross_rank(reports: list[dict]) -> dict:
             summary["steps_compared"] = int(len(steps))
             summary["step_spread_ns_median"] = steps["spread_ns"].median()
             slowest = steps["slowest_rank"].dropna()
-            summary["slowest_rank_most_often"] = int(slowest.mode().iloc[0]) if len(slowest) else None
+            summary["slowest_rank_most_often"] = int(slowest.mode().iloc[0]) if significant and len(slowest) else None
     return {
         "summary": {k: _num(v) for k, v in summary.items()},
         "ranks": [{k: _num(v) for k, v in row.items()} for row in ranks.drop(columns="report").to_dict("records")],

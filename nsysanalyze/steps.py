@@ -2,8 +2,20 @@
 
 A step is an NVTX range that repeats with a counter (``Batch 12``, ``ProfilerStep#3``,
 ``step 5``, ``iteration 7``, ``Step 10 to 20``) or a repeated ``train_step``-like name.
-The outermost such family is chosen automatically (see ``detect_step_family``);
-``pattern`` (a regex) overrides.
+Steps you can trust — a family is taken only when it looks like an iteration of the program's loop:
+
+1. by its names: not an op/function/layer annotation (``aten::add, op_id = 3``, DLProf payloads,
+   ``ExecutorDispatch::compile``, TensorRT/ONNX layer paths; OP_OR_LAYER_NAME), not an epoch, and
+   not mostly nested inside another candidate (``step_family_candidates``);
+2. by the GPU work (``is_loop_iteration``): when the device's kernel sequence repeats with a period
+   of P kernels (``kernel_period``), the median step holds at least half of P (op- and layer-level
+   ranges hold a few kernels of a much longer period); otherwise the steps' GPU spans hold at least
+   half of the device's kernel time.
+
+Without such a family, steps are inferred from the GPU work itself: one window per period of the
+repeating kernel sequence, anchored at the kernel that follows the longest GPU idle (``inferred_steps``;
+labelled "kernel sequence (period N kernels)"). ``pattern`` (a regex, ``--step-range``) overrides
+everything; one that is invalid or matches nothing is an error (StepRangeError).
 
 GPU projection (as NVIDIA's ``nvtx_gpu_proj_trace``, widened to the step's process): CUDA
 calls made inside the step's CPU range by any thread of its process (PyTorch launches the
@@ -23,7 +35,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, group_indices
+from .errors import InputError
+from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within
 from .trace.tables import pid_of
 
 DIGITS = re.compile(r"\d+")
@@ -31,88 +44,201 @@ COUNTER = "{n}"
 UNCOUNTED_STEP_NAME = re.compile(r"^(train(ing)?[ _]?)?(step|iter|iteration)$", re.IGNORECASE)
 STEP_WORD = re.compile(r"step|batch|iter|train", re.IGNORECASE)
 NOT_A_STEP = re.compile(r"epoch", re.IGNORECASE)
+# Framework annotations of ops, functions and layers (never loop iterations): C++ scoped names
+# (aten::add, ExecutorDispatch::compile), autograd's emit_nvtx payloads (op_id, seq =, sizes =),
+# dict/JSON payloads (DLProf's {'traceMarker': ...}), ONNX/TensorRT layer paths (starting with '/') and
+# fused layers (/up/up.1/Conv, Conv_3 + Relu_4).
+OP_OR_LAYER_NAME = re.compile(r"::|\bop_id\b|\bseq\s*=|\bsizes\s*=|^\s*[{\[/]|\s\+\s")
 MIN_COVERAGE = 0.5  # a family without a step-like word must cover this share of its time span
+MAX_CANDIDATES = 3  # step families tried against the GPU work, best first
 
 STEP_COLUMNS = ["globalPid", "globalTid", "step", "name", "cpu_start", "cpu_end"]
 
 
+class StepRangeError(InputError):
+    """``--step-range`` is not a valid regex, or matches no NVTX range."""
+
+
 def family_of(names: pd.Series) -> pd.Series:
     """Step-family key per range name: the name with digit runs as '{n}' ('Batch {n}', 'Step {n} to {n}'),
-    a repeated step-like name as itself ('train_step'), or '' when the name cannot be a step."""
+    a repeated step-like name as itself ('train_step'), or '' when the name cannot be a step
+    (no counter, an epoch, or an op/layer annotation: see OP_OR_LAYER_NAME)."""
     stripped = names.str.strip()
     key = stripped.str.replace(DIGITS, COUNTER, regex=True)
     counted = stripped.str.contains(DIGITS) & key.str.replace(COUNTER, "").str.strip().ne("")
     uncounted = stripped.str.fullmatch(UNCOUNTED_STEP_NAME).fillna(False)
     family = pd.Series(np.where(counted | uncounted, key, ""), index=names.index)
-    return family.where(~family.str.contains(NOT_A_STEP), "")
+    return family.where(~family.str.contains(NOT_A_STEP) & ~stripped.str.contains(OP_OR_LAYER_NAME), "")
 
 
-def _contained_fraction(inner: pd.DataFrame, outer: pd.DataFrame) -> float:
-    """Fraction of ``inner`` ranges lying inside some ``outer`` range on the same thread."""
-    if inner.empty or outer.empty:
-        return 0.0
-    contained = 0
-    for tid, rows in inner.groupby("globalTid"):
-        o = outer[outer["globalTid"] == tid].sort_values("start")
-        if o.empty:
-            continue
-        max_end = np.maximum.accumulate(o["end"].to_numpy())
-        k = np.searchsorted(o["start"].to_numpy(), rows["start"].to_numpy(), side="right") - 1
-        ok = k >= 0
-        contained += int(np.count_nonzero(max_end[k[ok]] >= rows["end"].to_numpy()[ok]))
-    return contained / len(inner)
+def group_name(names: pd.Series) -> pd.Series:
+    """Display/grouping name of NVTX sub-ranges: numbered ranges by their family ('IO 12' -> 'IO {n}')."""
+    key = names.str.strip().str.replace(DIGITS, COUNTER, regex=True)
+    return key.where(names.str.contains(DIGITS), names)
 
 
-def _coverage(ranges: pd.DataFrame) -> float:
-    """Share of the family's own time span (first start → last end) its ranges cover."""
-    span = ranges["end"].max() - ranges["start"].min()
-    return float((ranges["end"] - ranges["start"]).sum() / span) if span > 0 else 0.0
+def _contained(ranges: pd.DataFrame) -> np.ndarray:
+    """Per range: whether a longer-or-earlier range on the same thread contains it (start order,
+    longer first on ties; one sort, a running max of ends per thread)."""
+    order = np.lexsort((-(ranges["end"].to_numpy() - ranges["start"].to_numpy()), ranges["start"].to_numpy(),
+                        ranges["globalTid"].to_numpy()))
+    tid, end = ranges["globalTid"].to_numpy()[order], ranges["end"].to_numpy()[order]
+    prev_end = pd.Series(end).groupby(tid).cummax().groupby(tid).shift(1).to_numpy()
+    out = np.zeros(len(ranges), dtype=bool)
+    out[order] = ~np.isnan(prev_end) & (prev_end >= end)
+    return out
 
 
-def detect_step_family(nvtx: pd.DataFrame) -> str | None:
-    """Family key of the outermost repeating step range, or None.
+def step_family_candidates(nvtx: pd.DataFrame) -> list[str]:
+    """Family keys that can be the step range, best first (at most MAX_CANDIDATES).
 
     Candidates are families with at least two ranges; a family mostly (>50%) nested inside
-    another candidate is not outermost. An outermost family named like a step (step, batch,
-    iter, train) wins, the longest in total first; otherwise one that covers at least half
-    of its time span (so sparse per-op ranges such as ``aten::to, op_id = 12`` are not steps).
+    other candidates' ranges is not outermost. Outermost families named like a step (step, batch,
+    iter, train) come first, the longest in total first; then those that cover at least half of
+    their time span (so sparse ranges are not steps). Whether a candidate really is a loop
+    iteration is decided against the GPU work (:func:`is_loop_iteration`).
     """
     if nvtx.empty:
-        return None
+        return []
     fam = family_of(nvtx["name"])
     ranges = nvtx.assign(family=fam)[fam != ""]
     counts = ranges["family"].value_counts()
-    candidates = list(counts[counts >= 2].index)
-    groups = {f: ranges[ranges["family"] == f] for f in candidates}
-    others = ranges[ranges["family"].isin(candidates)]
-    outermost = [f for f in candidates if _contained_fraction(groups[f], others[others["family"] != f]) <= 0.5]
-    by_total = sorted(outermost, key=lambda f: -int((groups[f]["end"] - groups[f]["start"]).sum()))
-    named = [f for f in by_total if STEP_WORD.search(f)]
-    dense = [f for f in by_total if _coverage(groups[f]) >= MIN_COVERAGE]
-    return (named or dense or [None])[0]
+    ranges = ranges[ranges["family"].isin(counts[counts >= 2].index)]
+    if ranges.empty:
+        return []
+    per = ranges.assign(contained=_contained(ranges), dur=ranges["end"] - ranges["start"]).groupby("family").agg(
+        contained=("contained", "mean"), total=("dur", "sum"), first=("start", "min"), last=("end", "max"))
+    per = per[per["contained"] <= 0.5].sort_values("total", ascending=False)
+    span = (per["last"] - per["first"]).where(lambda x: x > 0)
+    named = [f for f in per.index if STEP_WORD.search(f)]
+    dense = [f for f in per.index[(per["total"] / span).fillna(0) >= MIN_COVERAGE] if f not in named]
+    return (named + dense)[:MAX_CANDIDATES]
+
+
+def detect_step_family(nvtx: pd.DataFrame) -> str | None:
+    """The best step-family candidate by names and nesting alone, or None (see step_family_candidates)."""
+    candidates = step_family_candidates(nvtx)
+    return candidates[0] if candidates else None
+
+
+def _numbered(chosen: pd.DataFrame) -> pd.DataFrame:
+    steps = chosen.assign(globalPid=pid_of(chosen["globalTid"])).sort_values(["globalPid", "start"])
+    steps = steps.rename(columns={"start": "cpu_start", "end": "cpu_end"})
+    steps["step"] = steps.groupby("globalPid").cumcount()
+    return steps[STEP_COLUMNS].reset_index(drop=True)
+
+
+def family_ranges(nvtx: pd.DataFrame, family: str) -> pd.DataFrame:
+    """Step rows (globalPid, globalTid, step, name, cpu_start, cpu_end) of one family, numbered 0.. in
+    time order within each process."""
+    return _numbered(nvtx[family_of(nvtx["name"]) == family])
 
 
 def find_steps(nvtx: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataFrame, str | None]:
     """Step ranges (one row per step: globalPid, globalTid, step, name, cpu_start, cpu_end) and a label.
 
-    ``pattern`` selects ranges whose name matches the regex (re.search); otherwise the family
-    is auto-detected. Steps are numbered 0.. in time order within each process.
+    ``pattern`` selects ranges whose name matches the regex (re.search; StepRangeError when it is
+    invalid or matches nothing); otherwise the best candidate family by names is taken.
     """
-    if nvtx.empty:
-        return pd.DataFrame(columns=STEP_COLUMNS), None
     if pattern is not None:
-        chosen = nvtx[nvtx["name"].str.contains(pattern, regex=True)]
-        label = f"/{pattern}/"
-    else:
-        family = detect_step_family(nvtx)
-        if family is None:
-            return pd.DataFrame(columns=STEP_COLUMNS), None
-        chosen = nvtx[family_of(nvtx["name"]) == family]
-        label = family
-    steps = chosen.assign(globalPid=pid_of(chosen["globalTid"])).sort_values(["globalPid", "start"])
-    steps = steps.rename(columns={"start": "cpu_start", "end": "cpu_end"})
-    steps["step"] = steps.groupby("globalPid").cumcount()
-    return steps[STEP_COLUMNS].reset_index(drop=True), label
+        try:
+            regex = re.compile(pattern)
+        except re.error as e:
+            raise StepRangeError(f"--step-range {pattern!r} is not a valid regular expression ({e})") from None
+        chosen = nvtx[nvtx["name"].str.contains(regex)] if not nvtx.empty else nvtx
+        if chosen.empty:
+            raise StepRangeError(f"--step-range {pattern!r} matches no NVTX range in this export")
+        return _numbered(chosen), f"/{pattern}/"
+    family = detect_step_family(nvtx)
+    if family is None:
+        return pd.DataFrame(columns=STEP_COLUMNS), None
+    return family_ranges(nvtx, family), family
+
+
+# ---- steps from the GPU work itself ---------------------------------------------------
+PERIOD_TOLERANCE = 0.1   # spread (max - min) of an anchor kernel's spacing, as a share of its median
+MIN_REPEATS = 3          # occurrences of an anchor kernel (two full periods)
+MIN_SPAN = 0.5           # share of the device's kernels the repetition must span
+ITERATION_SHARE = 0.5    # a step range holds at least this share of one period's kernels
+BUSY_SHARE = 0.5         # without a period: step ranges' GPU spans hold this share of GPU-busy time
+
+
+def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """Period of one device's repeating kernel sequence: (kernels per iteration, start times ns of the
+    anchor kernel's occurrences), or None when the sequence does not repeat.
+
+    A name is an anchor when it occurs at least MIN_REPEATS times at a regular spacing (in kernels:
+    max - min within PERIOD_TOLERANCE of the median) spanning at least MIN_SPAN of the sequence.
+    The period is the longest such spacing (the outermost loop); among anchors with that spacing,
+    the one preceded by the longest GPU idle (the loop's natural boundary, e.g. the batch load) wins.
+    """
+    order = np.argsort(starts, kind="stable")
+    seq, t0, t1 = name_ids[order], starts[order], ends[order]
+    n = seq.size
+    if n < 2 * MIN_REPEATS:
+        return None
+    by_name = np.argsort(seq, kind="stable")
+    names_sorted = seq[by_name]
+    same = names_sorted[1:] == names_sorted[:-1]
+    gaps = pd.DataFrame({"name": names_sorted[1:][same], "gap": np.diff(by_name)[same]})
+    stats = gaps.groupby("name")["gap"].agg(["min", "max", "median", "size"])
+    stats = stats[(stats["size"] >= MIN_REPEATS - 1) & (stats["median"] >= 2)
+                  & (stats["max"] - stats["min"] <= PERIOD_TOLERANCE * stats["median"])
+                  & (stats["median"] * (stats["size"] + 1) >= MIN_SPAN * n)]
+    if stats.empty:
+        return None
+    period = stats["median"].max()
+    anchors = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()
+    idle_before = np.concatenate(([0], t0[1:] - np.maximum.accumulate(t1)[:-1]))
+    is_anchor = np.isin(seq, anchors)
+    lead = pd.Series(idle_before[is_anchor]).groupby(seq[is_anchor]).median()
+    best = lead.idxmax()
+    return int(round(period)), t0[seq == best]
+
+
+def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Steps inferred from each device's repeating kernel sequence (see :func:`kernel_period`): one window
+    per period, [anchor kernel start, next anchor start); columns as :func:`project_steps` plus
+    ``period_kernels``. CPU range = the window (every thread of the process)."""
+    cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels"]
+    rows = []
+    for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
+        k = kernels if idx is None else kernels.iloc[idx]
+        found = kernel_period(k["nameId"].to_numpy(), k["start"].to_numpy(), k["end"].to_numpy())
+        if found is None:
+            continue
+        period, marks = found
+        a, b = marks[:-1], marks[1:]
+        rows.append(pd.DataFrame({"globalPid": pid, "globalTid": -1, "step": np.arange(a.size), "name": "",
+                                  "cpu_start": a, "cpu_end": b, "deviceId": dev, "gpu_start": a, "gpu_end": b,
+                                  "window_start": a, "window_end": b, "closed": True, "period_kernels": period}))
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
+def is_loop_iteration(windows: pd.DataFrame, kernels: pd.DataFrame) -> bool:
+    """Whether projected NVTX steps look like iterations of the program's loop, judged on the
+    (process, device) where the steps launched the most GPU time:
+
+    - when the device's kernel sequence repeats (:func:`kernel_period`), the median step must hold at
+      least ITERATION_SHARE of one period's kernels (op- and layer-level ranges hold a few kernels of a
+      much longer period);
+    - otherwise the steps' GPU spans [gpu_start, gpu_end] must hold at least BUSY_SHARE of the
+      device's kernel time.
+    """
+    if windows.empty or kernels.empty:
+        return True  # nothing on the GPU to judge by
+    spans = windows.assign(ns=windows["gpu_end"] - windows["gpu_start"])
+    pid, dev = spans.groupby(["globalPid", "deviceId"])["ns"].sum().idxmax()
+    mine = spans[(spans["globalPid"] == pid) & (spans["deviceId"] == dev)]
+    k = kernels[(kernels["globalPid"] == pid) & (kernels["deviceId"] == dev)]
+    ks, ke = k["start"].to_numpy(), k["end"].to_numpy()
+    found = kernel_period(k["nameId"].to_numpy(), ks, ke)
+    a, b = mine["gpu_start"].to_numpy(np.int64), mine["gpu_end"].to_numpy(np.int64)
+    if found is not None:
+        return bool(np.median(count_in_windows(ks, a, b + 1)) >= ITERATION_SHARE * found[0])
+    busy = Coverage(ks, ke)
+    return bool(intersection_within(busy, Coverage(a, b), np.array([busy.starts[0]]),
+                                    np.array([busy.ends[-1]]))[0] >= BUSY_SHARE * busy.total) if len(busy) else True
 
 
 def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame, key: str = "globalTid") -> np.ndarray:
@@ -319,7 +445,8 @@ def capture_windows(activities: Frames) -> pd.DataFrame:
 def subranges(nvtx: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """CPU time of NVTX ranges nested in each step on the step's thread.
 
-    One row per (globalPid, step, name): ns (summed durations), count, share (of the step's CPU time).
+    One row per (globalPid, step, name): ns (summed durations), count, share (of the step's CPU time);
+    numbered sub-ranges are grouped by family (``IO 12``, ``IO 13`` -> one ``IO {n}`` row).
     """
     cols = ["globalPid", "step", "name", "ns", "count", "share"]
     if steps.empty or nvtx.empty:
@@ -336,6 +463,7 @@ def subranges(nvtx: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(globalPid=host["globalPid"].to_numpy(), step=host["step"].to_numpy(),
                        ns=(rows["end"] - rows["start"]).to_numpy(),
                        step_ns=(host["cpu_end"] - host["cpu_start"]).to_numpy())
+    rows = rows.assign(name=group_name(rows["name"]))
     out = rows.groupby(["globalPid", "step", "name"], sort=False).agg(
         ns=("ns", "sum"), count=("ns", "size"), step_ns=("step_ns", "first")).reset_index()
     out["share"] = out["ns"] / out["step_ns"].where(out["step_ns"] > 0)

@@ -8,8 +8,10 @@ from conftest import fixture_trace
 from nsysanalyze.cli import cli
 from nsysanalyze.compare import compare, kernel_values, parse_gate
 
-BASELINE = fixture_trace("resnet18_baseline.sqlite")   # no OSRT_API table: munmap not captured
+BASELINE = fixture_trace("resnet18_baseline.sqlite")
 WORKERS = fixture_trace("resnet18_workers.sqlite")
+DDP = fixture_trace("vit_l32_2gpu_ddp_0.sqlite")     # no OSRT_API table: munmap not captured
+BF16 = fixture_trace("vit_l32_2gpu_bf16_0.sqlite")   # idem
 
 
 def run(*args):
@@ -17,16 +19,18 @@ def run(*args):
 
 
 def test_gate_on_an_uncaptured_metric_is_na_and_exit_1():
-    result = run(BASELINE, WORKERS, "--fail-on", "munmap_count>0", "--format", "json")
+    result = run(DDP, BF16, "--fail-on", "munmap_count>0", "--format", "json")
     assert result.exit_code == 1, result.output
     doc = json.loads(result.output)
     gate = doc["gates"][0]
     assert gate["base"] is None and gate["new"] is None and gate["tripped"] is None and gate["verdict"] == "n/a"
     assert doc["tripped"] and any("munmap_count is null (not captured) in BASE and NEW" in n for n in doc["notes"])
-    text = run(BASELINE, WORKERS, "--fail-on", "munmap_count>0")
+    text = run(DDP, BF16, "--fail-on", "munmap_count>0")
     assert text.exit_code == 1 and "FAIL: none of 1 gate(s) tripped; 1 n/a" in text.output and "n/a" in text.output
-    allowed = run(BASELINE, WORKERS, "--fail-on", "munmap_count>0", "--allow-missing")
+    allowed = run(DDP, BF16, "--fail-on", "munmap_count>0", "--allow-missing")
     assert allowed.exit_code == 0 and "PASS" in allowed.output and "accepted with --allow-missing" in allowed.output
+    captured = json.loads(run(BASELINE, WORKERS, "--fail-on", "munmap_count>0", "--format", "json").output)
+    assert captured["gates"][0]["verdict"] in ("ok", "tripped")  # with OSRT the gate is evaluated
 
 
 def test_medians_of_fewer_than_three_steady_steps_warn():

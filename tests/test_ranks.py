@@ -66,15 +66,17 @@ def test_jobs_one_and_parallel_give_the_same_reports(rank_dir):
     assert batch.analyze_many(paths, None, jobs=1) == batch.analyze_many(paths, None, jobs=2)
 
 
-def test_straggler_is_the_rank_with_least_nccl_time_in_a_two_process_file():
+def test_no_straggler_below_the_threshold_in_a_two_process_file():
+    """Steps inferred from the kernel sequence: per-step NCCL differs by 0.31 ms of a 19.2 ms step (1.6%),
+    under the 2% straggler threshold."""
     r = report(TWO_PROCESSES)
     view = ranks.cross_rank([r])
     assert [x["label"] for x in view["ranks"]] == ["pid 148 GPU 0", "pid 149 GPU 1"]
     s = view["summary"]
-    assert s["ranks"] == 2 and s["scope"] == "capture"
+    assert s["ranks"] == 2 and s["scope"] == "step median"
     nccl = {x["rank"]: x["nccl_ns"] for x in view["ranks"]}
     assert nccl[0] < nccl[1]
-    assert s["least_nccl_rank"] == 0 and s["likely_straggler"] == 0
+    assert s["least_nccl_rank"] == 0 and s.get("likely_straggler") is None
     assert s["nccl_imbalance_ns"] == nccl[1] - nccl[0]
     assert s["aligned"]  # one file: one session start, offsets from the first GPU activity of each process
 
@@ -83,7 +85,7 @@ def test_single_multi_process_file_json_keeps_the_report_and_adds_ranks():
     rc, out = run_cli("diagnose", "--format", "json", str(shared_trace(TWO_PROCESSES)))
     doc = json.loads(out)
     assert rc == 0 and {"trace", "summary", "steps", "findings", "ranks"} <= set(doc)
-    assert doc["ranks"]["summary"]["likely_straggler"] == 0
+    assert doc["ranks"]["summary"]["least_nccl_rank"] == 0
     rc, out = run_cli("diagnose", "--format", "json", str(shared_trace(RESNET)))
     assert "ranks" not in json.loads(out)  # one process, one GPU: no cross-rank view
 
@@ -109,12 +111,13 @@ def test_slowest_rank_and_per_step_spread_from_real_reports():
 
 def test_text_and_markdown_renderings(rank_dir):
     rc, out = run_cli("diagnose", "--format", "markdown", str(shared_trace(TWO_PROCESSES)))
-    assert rc == 0 and "## Ranks" in out and "Likely straggler: rank 0" in out
+    assert rc == 0 and "## Ranks" in out and "Likely straggler" not in out
     rc, out = run_cli("diagnose", str(rank_dir))
     assert rc == 0 and "Ranks" in out and "aligned by session start" in out
     console = Console(record=True, width=200)
     ranks_render.render_text(ranks.cross_rank([report(TWO_PROCESSES)]), console)
-    assert "least NCCL time" in console.export_text()
+    text = console.export_text()  # per-step spreads of 0.1 ms in a 19 ms step: nobody is "slowest"
+    assert "No straggler" in text and "slowest most often" not in text and "noise threshold" in text
 
 
 def test_bad_file_among_ranks_is_one_error_line(rank_dir, capsys):

@@ -152,7 +152,7 @@ def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, mon
         rt = a.trace.runtime
     with Analysis(path) as a:
         a._step_windows
-        parts = a._projection[1]
+        parts = a._projection_runtime
         assert len(parts) == 3 and len(parts[2]) == 81  # the renamed memset calls, fetched by correlationId
         assert set(parts[2]["nameId"]) <= set(rt["nameId"])
     assert fast(path) == straightforward(path, monkeypatch)

@@ -6,6 +6,7 @@ from rich.text import Text
 
 from .format import by_unit, ms, rel_change, signed_by_unit
 from .markdown import _table as md_table
+from .sanitize import MARKDOWN_VERBATIM, code_span, for_markdown, for_text
 from .terminal import table_of
 
 VERDICT = {True: "TRIPPED", False: "ok", None: "n/a"}
@@ -107,7 +108,7 @@ def _trace_desc(h: dict) -> str:
 
 def render_text(comparison: dict, console: Console) -> None:
     """The comparison on a terminal: traces, verdict and gates, metric table, finding changes."""
-    c = comparison
+    c = for_text(comparison)
     for side in ("base", "new"):
         console.print(Text.assemble((f"{side.upper():5}", "bold"), c[side]["path"], ": ", _trace_desc(c[side])))
     for n in c["notes"]:
@@ -133,10 +134,10 @@ def render_text(comparison: dict, console: Console) -> None:
 
 def render_markdown(comparison: dict) -> str:
     """The comparison as GitHub-flavoured markdown, ready for a PR comment or $GITHUB_STEP_SUMMARY."""
-    c = comparison
+    c = for_markdown(comparison, MARKDOWN_VERBATIM - {"step_family"} | {"name", "expr"})  # metric names: code
     mark = "❌ " if c["tripped"] else "✅ " if c["gates"] else ""
-    out = ["## nsysanalyze compare", "", f"- BASE `{c['base']['path']}`: {_trace_desc(c['base'])}",
-           f"- NEW `{c['new']['path']}`: {_trace_desc(c['new'])}", "",
+    out = ["## nsysanalyze compare", "", f"- BASE {code_span(c['base']['path'])}: {_trace_desc(c['base'])}",
+           f"- NEW {code_span(c['new']['path'])}: {_trace_desc(c['new'])}", "",
            f"**{mark}{verdict_line(c)}**", ""]
     out += [f"> {n}" for n in c["notes"]] + ([""] if c["notes"] else [])
     if c["gates"]:
@@ -145,6 +146,7 @@ def render_markdown(comparison: dict) -> str:
     out += ["### Metrics", ""]
     out += md_table(metric_headers(scopes), [metric_cells(r, scopes) for r in shown_metrics(c, scopes)]) + [""]
     if c.get("kernels"):
-        out += [f"### {kernel_title(c)}", ""] + md_table(KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]]) + [""]
+        out += [f"### {kernel_title(c)}", ""] + md_table(KERNEL_HEADERS, [kernel_cells(k)[:-1] + [code_span(k["name"])]
+                                                                     for k in c["kernels"]]) + [""]
     out += ["### Findings", ""] + [f"- {line}" for line in finding_lines(c) or ["no finding in either trace"]]
     return "\n".join(out) + "\n"

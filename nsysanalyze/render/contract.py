@@ -13,9 +13,9 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
+from ..analysis import FORMAT_VERSION
 from ..metrics import SUMMARY_MEDIAN_COLUMNS
 
-FORMAT_VERSION = 2
 OSRT_METRICS = ["munmap_count", "munmap_ns", "munmap_gpu_idle_ns", "step_median_munmap_gpu_idle_ns"]
 RUNTIME_METRICS = ["launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns"]
 STEP_MEDIAN_KEYS = [f"step_median_{c}" for c in SUMMARY_MEDIAN_COLUMNS]
@@ -80,9 +80,8 @@ def kernel_records(analysis) -> list[dict]:
 
 
 def report(analysis) -> dict:
-    """The report of one analysis: format_version, trace, notes, summary, steps, subranges, findings, kernels."""
+    """The report of one analysis: format_version, trace, notes, summary, steps, subranges, gaps, findings, kernels."""
     info = asdict(analysis.info)
-    info.setdefault("framework", None)
     return {
         "format_version": FORMAT_VERSION,
         "trace": info,
@@ -90,6 +89,7 @@ def report(analysis) -> dict:
         "summary": {"devices": records(summary_frame(analysis))},
         "steps": records(uncaptured(analysis.steps(), analysis.trace.schema)),
         "subranges": records(analysis.subranges()),
+        "gaps": records(analysis.where_gpu_waited()),
         "findings": [f.to_dict() for f in analysis.findings()],
         "kernels": kernel_records(analysis),
     }

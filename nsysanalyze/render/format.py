@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import re
+
+from .sanitize import printable
 
 
 def ms(ns) -> str:
@@ -241,13 +244,28 @@ def headlines(report: dict) -> list[tuple[str, str]]:
 
 
 def trace_line(report: dict) -> str:
-    """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n}'."""
+    """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n} · program: pytorch'."""
     t = report["trace"]
     gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or "no GPU activity"
     steps = f"steps: {t['step_family']}" if t.get("step_family") else "no steps (one window per device)"
-    return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}"
+    program = f" · program: {t.get('framework') or 'unknown'}" + (" + MPI" if t.get("mpi") else "")
+    return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
 
 
 def evidence_pairs(finding: dict) -> list[tuple[str, str]]:
     """(label, value with its unit) of a finding's evidence."""
     return [(k, evidence_value(k, v)) for k, v in finding["evidence"].items()]
+
+
+def keeping_snippets(report: dict, sanitize) -> dict:
+    """``sanitize(report)`` (render.sanitize.for_text / for_markdown) with each finding's snippet still
+    multi-line: its lines made printable one by one (code is shown as code, never as markdown)."""
+    safe = sanitize(report)
+    for f, original in zip(safe["findings"], report["findings"]):
+        f["snippet"] = "\n".join(printable(line) for line in original["snippet"].split("\n"))
+    return safe
+
+
+def code_fence(code: str) -> str:
+    """A markdown fence longer than any backtick run in ``code``."""
+    return "`" * max(3, 1 + max((len(r) for r in re.findall("`+", code)), default=0))

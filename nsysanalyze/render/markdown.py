@@ -1,8 +1,9 @@
 """Markdown renderer (for PR comments): headline and next step, notes, findings with fixes, then the tables."""
 from __future__ import annotations
 
-from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, ms, pct, step_cells,
-                     subrange_table, summary_cells)
+from .format import (STEP_COLUMNS, code_fence, device_label, evidence_pairs, gain_text, headlines, keeping_snippets,
+                     ms, pct, step_cells, subrange_table, summary_cells)
+from .sanitize import code_span, for_markdown
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -13,11 +14,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def finding_block(index: int, f: dict, where: str = "") -> list[str]:
-    """One finding: heading line, fix, snippet, evidence."""
-    out = [f"**{index}. `{f['rule']}`** ({f['severity']}, confidence {f['confidence']:.0%}, {gain_text(f)}{where}): "
+    """One finding (of a report passed through ``for_markdown``): heading line, fix, snippet, evidence."""
+    out = [f"**{index}. {code_span(f['rule'])}** ({f['severity']}, confidence {f['confidence']:.0%}, {gain_text(f)}{where}): "
            f"{f['title']}", "", f"Fix: {f['fix']}", ""]
     if f["snippet"]:
-        out += ["```python", f["snippet"], "```", ""]
+        out += [code_fence(f["snippet"]) + "python", f["snippet"], code_fence(f["snippet"]), ""]
     out += [f"- {k}: {v}" for k, v in evidence_pairs(f)] + [""]
     return out
 
@@ -35,11 +36,12 @@ def findings_blocks(findings: list[dict], top: int | None = None, where=lambda f
 
 
 def render(report: dict, sections=("summary", "steps", "findings"), top: int | None = None) -> str:
+    report = keeping_snippets(report, for_markdown)  # trace strings shown literally, never as markdown
     t = report["trace"]
-    out = [f"## nsysanalyze: `{t['path']}`", "",
+    out = [f"## nsysanalyze: {code_span(t['path'])}", "",
            f"nsys {t['nsys_version'] or '?'} (schema {t['schema_version'] or '?'}), "
            f"{len(t['processes'])} process(es), {len(t['devices'])} GPU(s)"
-           + (f", step range `{t['step_family']}`" if t.get("step_family") else ""), ""]
+           + (f", step range {code_span(t['step_family'])}" if t.get("step_family") else ""), ""]
     for head, nxt in headlines(report):
         out += [f"- {head}  ", f"  **{nxt}**"]
     out += [""] if report["summary"]["devices"] else []

@@ -6,13 +6,13 @@ ranks grouped by rule (each rule once, with the ranks it was found on).
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..ranks import NOISE_MADS, STRAGGLER_MIN_SHARE
-from .format import count, ms, pct
+from .format import count, keeping_snippets, ms, pct
 from .markdown import _table as md_table
 from .markdown import findings_blocks
+from .sanitize import for_markdown, for_text
 from .terminal import print_findings, table_of
 
 MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread first
@@ -100,6 +100,7 @@ def verdict(view: dict) -> list[str]:
 def render_text(view: dict, console: Console, reports: list[dict] = (), top: int | None = None,
                 details: bool = False) -> None:
     """Verdict, one row per rank, the findings across ranks; the per-step spread table with ``details``."""
+    view, reports = for_text(view), [keeping_snippets(r, for_text) for r in reports]  # printed, never obeyed
     console.print(Text("Ranks", style="bold underline"))
     for line in verdict(view):
         console.print(Text("  " + line))
@@ -117,6 +118,7 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
 
 def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None) -> str:
     """Verdict, the rank table, the per-step spread table, the findings across ranks (markdown)."""
+    view, reports = for_markdown(view), [keeping_snippets(r, for_markdown) for r in reports]  # never as markdown
     fastest = view["summary"].get("step_ns_min")
     rules = _top_rules(view, reports)
     out = ["## Ranks", ""] + [f"- {line}" for line in verdict(view)] + [""]

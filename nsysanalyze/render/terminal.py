@@ -20,8 +20,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, ms, pct, step_cells,
-                     subrange_table, summary_cells, trace_line)
+from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, keeping_snippets, ms, pct,
+                     step_cells, subrange_table, summary_cells, trace_line)
+from .sanitize import for_text
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
 # Width used when stdout is not a terminal: lines are as long as their content, never folded.
@@ -98,9 +99,32 @@ def subranges_table(report: dict) -> Table | None:
                     [[name, ms(ns), pct(share)] for name, ns, share in rows])
 
 
-def snippet_text(code: str) -> Text:
+def gaps_table(report: dict) -> Table | None:
+    """Where the GPU waited: the top idle causes per device (attribution)."""
+    rows = report.get("gaps") or []
+    if not rows:
+        return None
+    labels = {(d["globalPid"], d["deviceId"]): device_label(d, report["trace"]["processes"])
+              for d in report["summary"]["devices"]}
+    shown: dict = {}
+    cells = []
+    for r in rows:
+        key = (r["globalPid"], r["deviceId"])
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= GAP_ROWS:
+            cells.append([labels.get(key, ""), str(r["cause"]), r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]),
+                          ms(r["after_sync_ns"])])
+    return table_of("Where the GPU waited (idle per step median, or whole capture)",
+                    ["device", "cause", "kind", "idle", "before 1st launch", "after sync"], cells, left=(0, 1, 2))
+
+
+GAP_ROWS = 5  # idle causes shown per device
+SNIPPET_LEXER = {"cuda": "c", "openmp": "c"}
+
+
+def snippet_text(code: str, lexer: str = "python") -> Text:
     """The snippet, highlighted, indented; printed soft-wrapped so no line is ever cut."""
-    text = Syntax(code, "python", theme="ansi_dark", background_color="default").highlight(code)
+    text = Syntax(code, lexer, theme="ansi_dark", background_color="default").highlight(code)
     text.rstrip()
     indented = Text()
     for i, line in enumerate(text.split("\n")):
@@ -110,21 +134,23 @@ def snippet_text(code: str) -> Text:
     return indented
 
 
-def print_finding(console: Console, index: int, f: dict, where: str = "") -> None:
+def print_finding(console: Console, index: int, f: dict, where: str = "", lexer: str = "python") -> None:
     """Heading, title, fix, snippet (whole), evidence as labelled values with units."""
     console.print(Text.assemble((f"{index}. ", "bold"), (f["rule"], SEVERITY_STYLE.get(f["severity"], "")),
                                 f" · {f['severity']} · confidence {f['confidence']:.0%} · {gain_text(f)}{where}"))
     console.print(Text("   " + f["title"], style="bold"))
     console.print(Text.assemble(("   Fix: ", "bold"), f["fix"]))
     if f["snippet"]:
-        console.print(snippet_text(f["snippet"]), soft_wrap=True)
+        console.print(snippet_text(f["snippet"], lexer), soft_wrap=True)
     pairs = evidence_pairs(f)
     if pairs:
         console.print(Text.assemble(("   evidence: ", "dim"), " · ".join(f"{k} {v}" for k, v in pairs)))
 
 
-def print_findings(console: Console, findings: list[dict], top: int | None, where=lambda f: "") -> None:
-    """The findings (the first ``top`` of them), largest possible gain first."""
+def print_findings(console: Console, findings: list[dict], top: int | None, where=lambda f: "",
+                   framework: str | None = None) -> None:
+    """The findings (the first ``top`` of them), largest possible gain first; snippets in the framework's language."""
+    lexer = SNIPPET_LEXER.get(framework or "", "python")
     console.print(Text("Findings (largest possible gain first)", style="bold underline"))
     if not findings:
         console.print("No finding: no rule matched this trace.")
@@ -132,7 +158,7 @@ def print_findings(console: Console, findings: list[dict], top: int | None, wher
     for i, f in enumerate(shown, 1):
         if i > 1:
             console.print()
-        print_finding(console, i, f, where(f))
+        print_finding(console, i, f, where(f), lexer)
     if len(shown) < len(findings):
         console.print(Text(f"{len(findings) - len(shown)} more finding(s) not shown (--top {top}).", style="dim"))
 
@@ -160,21 +186,22 @@ def print_tables(report: dict, console: Console, sections) -> None:
     if dropped:
         console.print(Text(f"columns left out at this width: {', '.join(dropped)} (widen the terminal, "
                            "or --format csv)", style="dim"))
-    table = subranges_table(report)
-    if table is not None:
-        console.print(table)
+    for table in (subranges_table(report), gaps_table(report) if "findings" in sections else None):
+        if table is not None:
+            console.print(table)
 
 
 def render(report: dict, console: Console, sections=("summary", "steps", "findings"), top: int | None = None,
            details: bool = True) -> None:
     """One report: headline, findings (with ``"findings"`` in sections), then the tables when ``details``."""
+    report = keeping_snippets(report, for_text)  # trace strings printed, never obeyed
     print_headline(report, console)
     if "findings" in sections:
         console.print()
-        print_findings(console, report["findings"], top)
+        print_findings(console, report["findings"], top, framework=report["trace"].get("framework"))
     tables = [s for s in sections if s != "findings"]
     if tables and details:
         console.print()
-        print_tables(report, console, tables)
+        print_tables(report, console, sections)
     elif tables:
         console.print(Text("Summary and per-step tables: --details.", style="dim"))

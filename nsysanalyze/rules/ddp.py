@@ -1,5 +1,10 @@
 """DDP rules (second article): single-GPU DDP, gradient copies, bucket overlap, static graph, compression.
 
+Only all-reduce kernels count here (metrics' nccl_allreduce_*): point-to-point, all-gather and
+reduce-scatter traffic is pipeline or FSDP communication (rules/collectives.py). The rules give
+DDP advice only to PyTorch programs (framework.detect); other all-reduce users get plain words
+from collectives.py.
+
 DDP leaves two marks in a trace: device-to-device copies of the gradients into its
 communication buckets (copyKind 8, the same GPU; +1.23 GB per step for ViT-L/32), and NCCL all-reduce kernels (``ncclKernel_*``/
 ``ncclDevKernel_*``) — at world size 1 NCCL launches no all-reduce kernel, so only the copies
@@ -16,6 +21,14 @@ EXPOSED_HIGH = 0.7          # share of NCCL time not hidden under compute: "afte
 FEW_BUCKETS = 2             # all-reduce kernels per step meaning one (or two) buckets
 NCCL_DOMINANT = 0.30        # exposed NCCL share of the step that calls for compression
 NVLINK_CLASS_BPS = 100e9    # achieved all-reduce bandwidth below this is not NVLink-class
+
+
+def pytorch(rule):
+    """Run ``rule`` only on PyTorch traces (DDP knobs mean nothing elsewhere)."""
+    def guarded(ev: Evidence) -> Finding | None:
+        return rule(ev) if ev.framework == "pytorch" else None
+    guarded.__name__, guarded.__doc__ = rule.__name__, rule.__doc__
+    return guarded
 
 
 def grad_copies(ev: Evidence) -> bool:
@@ -52,7 +65,7 @@ if int(os.environ.get("WORLD_SIZE", "1")) > 1:
 
 def gradient_as_bucket_view(ev: Evidence) -> Finding | None:
     """Gradient copies into/out of DDP buckets around the all-reduce: let grads alias the buckets."""
-    if ev.get("nccl_count") == 0 or not grad_copies(ev):
+    if ev.get("nccl_allreduce_count") == 0 or not grad_copies(ev):
         return None
     return make_finding(
         ev, "gradient-as-bucket-view",
@@ -60,7 +73,7 @@ def gradient_as_bucket_view(ev: Evidence) -> Finding | None:
         "around the all-reduce",
         confidence=0.7, gain_ns=ev.get("dtod_ns"),
         evidence={"dtod_bytes": ev.get("dtod_bytes"), "dtod_count": ev.get("dtod_count"), "dtod_ns": ev.get("dtod_ns"),
-                  "nccl_ns": ev.get("nccl_ns")},
+                  "nccl_allreduce_ns": ev.get("nccl_allreduce_ns")},
         fix="Let parameter gradients be views into DDP's communication buckets, so they are not copied "
             "in and out around the all-reduce (also saves the gradients' memory).",
         snippet="""
@@ -70,24 +83,24 @@ model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
 
 
 def _nccl_exposure(ev: Evidence) -> tuple[float, float]:
-    nccl = ev.get("nccl_ns")
-    return nccl, (ev.get("nccl_exposed_ns") / nccl if nccl else 0.0)
+    nccl = ev.get("nccl_allreduce_ns")
+    return nccl, (ev.get("nccl_allreduce_exposed_ns") / nccl if nccl else 0.0)
 
 
 def ddp_bucket_overlap(ev: Evidence) -> Finding | None:
     """One all-reduce after the whole backward, barely overlapped: smaller buckets overlap it."""
     nccl, exposed = _nccl_exposure(ev)
-    if not nccl or exposed < EXPOSED_HIGH or ev.get("nccl_count") > FEW_BUCKETS:
+    if not nccl or exposed < EXPOSED_HIGH or ev.get("nccl_allreduce_count") > FEW_BUCKETS:
         return None
-    if ev.get("nccl_exposed_ns") < EXPOSED_MIN_SHARE * ev.window_ns:
+    if ev.get("nccl_allreduce_exposed_ns") < EXPOSED_MIN_SHARE * ev.window_ns:
         return None
     return make_finding(
         ev, "ddp-bucket-overlap",
-        f"{ev.get('nccl_count'):.0f} all-reduce kernel(s) per step, {exposed:.0%} of NCCL time exposed "
-        f"({ev.get('nccl_exposed_ns') / 1e6:.1f} ms): gradients are reduced after the backward, not during it",
-        confidence=0.75, gain_ns=ev.get("nccl_exposed_ns"),
-        evidence={"nccl_kernels_per_step": ev.get("nccl_count"), "nccl_ns": nccl,
-                  "nccl_exposed_ns": ev.get("nccl_exposed_ns"), "nccl_exposed_fraction": exposed,
+        f"{ev.get('nccl_allreduce_count'):.0f} all-reduce kernel(s) per step, {exposed:.0%} of NCCL time exposed "
+        f"({ev.get('nccl_allreduce_exposed_ns') / 1e6:.1f} ms): gradients are reduced after the backward, not during it",
+        confidence=0.75, gain_ns=ev.get("nccl_allreduce_exposed_ns"),
+        evidence={"nccl_kernels_per_step": ev.get("nccl_allreduce_count"), "nccl_allreduce_ns": nccl,
+                  "nccl_allreduce_exposed_ns": ev.get("nccl_allreduce_exposed_ns"), "nccl_exposed_fraction": exposed,
                   "nccl_share": ev.get("nccl_share")},
         fix="Use several smaller DDP buckets so each bucket's all-reduce starts while the backward is still "
             "computing the rest (tune bucket_cap_mb; the default is 25).",
@@ -103,16 +116,16 @@ def ddp_static_graph(ev: Evidence) -> Finding | None:
     A rank waiting for a slower one looks the same in its own trace; the cross-rank view of
     ``diagnose rank_*.sqlite`` tells the two apart (hence the low confidence)."""
     nccl, exposed = _nccl_exposure(ev)
-    if not nccl or ev.get("nccl_count") <= FEW_BUCKETS or exposed < EXPOSED_HIGH:
+    if not nccl or ev.get("nccl_allreduce_count") <= FEW_BUCKETS or exposed < EXPOSED_HIGH:
         return None
-    if ev.get("nccl_exposed_ns") < EXPOSED_MIN_SHARE * ev.window_ns:
+    if ev.get("nccl_allreduce_exposed_ns") < EXPOSED_MIN_SHARE * ev.window_ns:
         return None
     return make_finding(
         ev, "ddp-static-graph",
-        f"{ev.get('nccl_count'):.0f} all-reduce kernels per step but {exposed:.0%} of NCCL time is still exposed",
-        confidence=0.4, gain_ns=ev.get("nccl_exposed_ns") * 0.5,
-        evidence={"nccl_kernels_per_step": ev.get("nccl_count"), "nccl_exposed_fraction": exposed,
-                  "nccl_exposed_ns": ev.get("nccl_exposed_ns")},
+        f"{ev.get('nccl_allreduce_count'):.0f} all-reduce kernels per step but {exposed:.0%} of NCCL time is still exposed",
+        confidence=0.4, gain_ns=ev.get("nccl_allreduce_exposed_ns") * 0.5,
+        evidence={"nccl_kernels_per_step": ev.get("nccl_allreduce_count"), "nccl_exposed_fraction": exposed,
+                  "nccl_allreduce_exposed_ns": ev.get("nccl_allreduce_exposed_ns")},
         fix="If every parameter gets a gradient every step, declare the graph static so DDP skips the "
             "unused-parameter search and can reorder buckets to match gradient readiness. If another rank "
             "is slower, this NCCL time is waiting: compare the ranks first.",
@@ -128,7 +141,7 @@ def grad_compression(ev: Evidence) -> Finding | None:
     NCCL kernel time includes waiting for slower ranks; the bandwidth estimate is therefore a lower
     bound, and only exposed NCCL time counts (NCCL hidden under the backward costs nothing)."""
     nccl, exposed = _nccl_exposure(ev)
-    if not nccl or ev.get("nccl_exposed_ns") < NCCL_DOMINANT * ev.window_ns:
+    if not nccl or ev.get("nccl_allreduce_exposed_ns") < NCCL_DOMINANT * ev.window_ns:
         return None
     # DDP copies each gradient into its bucket (+1.23 GB/step for ViT-L/32 on the H200 fixtures): the DtoD
     # bytes per step over-estimate the all-reduce payload, so the bandwidth estimate errs high, never low
@@ -138,10 +151,10 @@ def grad_compression(ev: Evidence) -> Finding | None:
         return None
     return make_finding(
         ev, "grad-compression",
-        f"NCCL takes {ev.get('nccl_share'):.0%} of the step"
+        f"NCCL all-reduce takes {nccl / ev.window_ns:.0%} of the {ev.per}"
         + (f" at ~{algbw / 1e9:.1f} GB/s (not NVLink-class)" if algbw == algbw else ""),
-        confidence=0.6, gain_ns=ev.get("nccl_exposed_ns") * 0.5,
-        evidence={"nccl_share": ev.get("nccl_share"), "nccl_ns": nccl, "nccl_exposed_ns": ev.get("nccl_exposed_ns"),
+        confidence=0.6, gain_ns=ev.get("nccl_allreduce_exposed_ns") * 0.5,
+        evidence={"nccl_share": ev.get("nccl_share"), "nccl_allreduce_ns": nccl, "nccl_allreduce_exposed_ns": ev.get("nccl_allreduce_exposed_ns"),
                   "allreduce_payload_estimate_bytes": payload, "algbw_estimate_bps": algbw},
         fix="Halve the all-reduce bytes with the bf16 compression hook; PowerSGD compresses far more but is "
             "LOSSY (check convergence). Worth it on PCIe-linked GPUs; on NVLink the compression kernels can cost more.",
@@ -155,4 +168,5 @@ model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
     )
 
 
-RULES = [ddp_single_gpu, gradient_as_bucket_view, ddp_bucket_overlap, ddp_static_graph, grad_compression]
+RULES = [pytorch(r) for r in (ddp_single_gpu, gradient_as_bucket_view, ddp_bucket_overlap, ddp_static_graph,
+                              grad_compression)]

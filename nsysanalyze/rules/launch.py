@@ -1,36 +1,57 @@
-"""Launch-overhead rule: many short kernels, GPU gaps, CPU busy launching → CUDA graphs / torch.compile."""
+"""Launch-overhead rule: the GPU finishes each kernel before the host issues the next → CUDA graphs / compile.
+
+The cause shows in the shape of the idle: a launch-bound loop leaves many µs-scale gaps between
+kernels (attribution.SHORT_GAP_NS), not a few long waits. Launches and CPU time count on every
+thread of the process (PyTorch launches the backward from autograd threads).
+"""
 from __future__ import annotations
 
 from . import Evidence, Finding, make_finding
+from .fixes import pick
 
-IDLE_HIGH = 0.20              # GPU idle fraction worth attacking
-SHORT_KERNEL_NS = 20_000      # mean kernel duration under which launch cost dominates
-LAUNCH_CPU_SHARE = 0.5        # share of the CPU step spent inside launch APIs
-MIN_KERNELS = 100             # kernels per step for the pattern to matter
+IDLE_HIGH = 0.20          # GPU idle fraction worth attacking
+SHORT_GAP_SHARE = 0.5     # share of the idle spent in short gaps between kernels
+MIN_KERNELS = 20          # kernels per step for the pattern to matter
+
+FIX = {
+    "pytorch": ("Cut per-kernel launch cost: capture the step in a CUDA graph or compile it "
+                "(torch.compile(mode='reduce-overhead') uses CUDA graphs); fuse small ops, or use a larger batch.", """
+model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs under the hood
+# or capture the whole step by hand: torch.cuda.CUDAGraph() + g.replay() (static inputs,
+# optimizer with capturable=True)
+"""),
+    "cuda": ("Cut per-kernel launch cost: capture the repeated sequence of launches in a CUDA graph once and "
+             "launch the graph each iteration; fuse small kernels or give each more work.", """
+cudaGraph_t graph; cudaGraphExec_t exec;
+cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+for (int k = 0; k < n_kernels; ++k) step_kernel<<<grid, block, 0, stream>>>(/* ... */);
+cudaStreamEndCapture(stream, &graph);
+cudaGraphInstantiate(&exec, graph, 0);
+for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, stream);
+"""),
+    "default": ("The GPU finishes each small kernel before the host issues the next: launch fewer, larger kernels "
+                "(fusion, bigger work per launch) or replay the sequence as a CUDA graph.", ""),
+}
 
 
 def launch_bound(ev: Evidence) -> Finding | None:
     kernels = ev.get("kernel_count")
-    cpu_ns = ev.get("cpu_ns")
-    if kernels < MIN_KERNELS or not cpu_ns:
+    idle, idle_ns = ev.get("idle_fraction"), ev.get("idle_ns")
+    short = ev.get("idle_short_gap_ns")
+    if kernels < MIN_KERNELS or idle < IDLE_HIGH or short < SHORT_GAP_SHARE * idle_ns:
         return None
-    mean_kernel = ev.get("kernel_sum_ns") / kernels
-    launch_share = ev.get("launch_ns") / cpu_ns
-    idle = ev.get("idle_fraction")
-    if idle < IDLE_HIGH or mean_kernel > SHORT_KERNEL_NS or launch_share < LAUNCH_CPU_SHARE:
-        return None
+    gpu_per_kernel = ev.get("kernel_sum_ns") / kernels
+    host_per_kernel = ev.window_ns / kernels
+    fix, snippet = pick(FIX, ev.framework)
     return make_finding(
         ev, "launch-bound",
-        f"Launch-bound: {kernels:.0f} kernels/step averaging {mean_kernel / 1e3:.1f} us, "
-        f"CPU {launch_share:.0%} inside launch calls, GPU idle {idle:.0%}",
-        confidence=0.75, gain_ns=ev.get("idle_ns"),
-        evidence={"kernels_per_step": kernels, "mean_kernel_ns": mean_kernel, "launch_cpu_share": launch_share,
-                  "gpu_idle_fraction": idle, "launch_calls": ev.get("launch_calls")},
-        fix="Cut per-kernel launch cost: capture the step in a CUDA graph or compile it "
-            "(torch.compile(mode='reduce-overhead') uses CUDA graphs).",
-        snippet="""
-model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs under the hood
-""",
+        f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
+        f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < 100 us",
+        confidence=0.8, gain_ns=short,
+        evidence={"kernels": kernels, "gpu_ns_per_kernel": gpu_per_kernel, "host_ns_per_kernel": host_per_kernel,
+                  "gpu_idle_fraction": idle, "idle_short_gap_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
+                  "launch_calls": ev.get("launch_calls"), "launch_ns": ev.get("launch_ns")},
+        fix=fix, snippet=snippet,
     )
 
 

@@ -73,6 +73,10 @@ class Trace:
         """StringIds id -> value of every string that can name a CUDA API (starts with 'cu')."""
         return tables.strings_like(self.conn, self.schema, "cu%")
 
+    def has_string_like(self, pattern: str) -> bool:
+        """Whether any string of the export (kernel, API, range names) matches the SQL LIKE ``pattern``."""
+        return tables.any_string_like(self.conn, self.schema, pattern)
+
     def kernel_on_stream(self, global_pid: int, device: int, stream: int) -> bool:
         """Whether any kernel ran on this (process, device, stream)."""
         return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
@@ -94,7 +98,8 @@ class Trace:
         """StringIds ids of NCCL kernel names (``ncclKernel_*``, ``ncclDevKernel_*``)."""
         return tables.string_ids_like(self.conn, self.schema, "nccl%")
 
-    def osrt(self, names: tuple[str, ...] = ("munmap",)) -> pd.DataFrame:
+    def osrt(self, names: tuple[str, ...] | None = ("munmap",)) -> pd.DataFrame:
+        """OS runtime calls (start, end, globalTid, name) with these names; None: every call."""
         return tables.osrt_calls(self.conn, self.schema, names)
 
     def strings(self, ids) -> dict[int, str]:

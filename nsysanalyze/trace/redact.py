@@ -28,7 +28,8 @@ import sqlite3
 from pathlib import Path
 
 from ..errors import InputError
-from .open import connect_readonly
+from ..outputs import atomic_output, check_output
+from .open import connect_readonly, stat_input
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(%%)?=")
 # An absolute POSIX path's directory part, or a Windows one (C:\dir\), up to the last separator.
@@ -56,13 +57,15 @@ def shorten_paths(text: str | None) -> str | None:
     return text if not text else PATH_DIRS.sub("", text)
 
 
-def redact(src: str | os.PathLike, dst: str | os.PathLike) -> dict[str, int]:
+def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) -> dict[str, int]:
     """Write a redacted copy of the export ``src`` to ``dst``; return what was removed (counts by kind).
 
-    ``src`` is never modified; ``dst`` must not be ``src`` (also through a link or relative path).
+    ``src`` is never modified; ``dst`` must not be ``src`` (also through a link, relative path or hard
+    link) and, unless ``force``, must not exist (outputs.check_output).
     """
-    src_p, dst_p = Path(src), Path(dst)
-    _check_target(src_p, dst_p)
+    src_p = Path(src)
+    stat_input(src_p)
+    dst_p = check_output(dst, [src_p], force)
     source = connect_readonly(src_p)
     scratch = dst_p.with_name(f".{dst_p.name}.redact-scratch")
     big = src_p.stat().st_size > IN_MEMORY_MAX_BYTES
@@ -81,31 +84,16 @@ def redact(src: str | os.PathLike, dst: str | os.PathLike) -> dict[str, int]:
             raise InputError(f"{src_p}: SQLite file is not an Nsight Systems export (no nsys tables)")
         removed = _redact_in_place(mem, tables)
         mem.commit()
-        tmp = dst_p.with_name(f".{dst_p.name}.redact-partial")
-        tmp.unlink(missing_ok=True)
         try:
-            mem.execute("VACUUM INTO ?", (str(tmp),))
-            os.replace(tmp, dst_p)
-        except (sqlite3.Error, OSError) as e:
-            tmp.unlink(missing_ok=True)
+            with atomic_output(dst_p) as tmp:
+                mem.execute("VACUUM INTO ?", (str(tmp),))
+        except sqlite3.Error as e:
             raise InputError(f"{dst_p}: cannot write the redacted copy ({e})") from None
     finally:
         mem.close()
         if big:
             scratch.unlink(missing_ok=True)
     return removed
-
-
-def _check_target(src: Path, dst: Path) -> None:
-    """Refuse an output that is the input (same file by path, link or inode) or cannot be written."""
-    if not src.is_file():
-        raise InputError(f"{src}: no such file")
-    if dst.resolve() == src.resolve() or (dst.exists() and os.path.samefile(src, dst)):
-        raise InputError(f"{dst}: is the input file; give another output path (the input is never modified)")
-    if dst.is_dir():
-        raise InputError(f"{dst}: is a directory; give the output file's path")
-    if not dst.parent.resolve().is_dir():
-        raise InputError(f"{dst.parent}: no such directory")
 
 
 def _q(name: str) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .open import readonly_connection
 from .schema import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, Schema
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -87,10 +88,10 @@ def _parse_ints(text: bytes | None, n: int) -> np.ndarray | None:
 
 def _reader(conn: sqlite3.Connection) -> sqlite3.Connection | None:
     """Another read-only connection to the same file (for a reader thread), or None for in-memory databases."""
-    row = next((r for r in conn.execute("PRAGMA database_list") if r[1] == "main"), None)
-    if not row or not row[2]:
+    row = conn.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
+    if not row or not row[0]:
         return None
-    return sqlite3.connect(Path(row[2]).as_uri() + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
+    return readonly_connection(os.fsdecode(row[0]))
 
 
 def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str = "1",
@@ -112,8 +113,10 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     names = list(exprs)
     select = ", ".join(exprs.values())
     if not COLUMNAR:
-        return fetch_int_frame(conn, f'SELECT {select} FROM "{table}" WHERE {where}', names,
-                               f'SELECT count(*) FROM "{table}" WHERE {where}')
+        frame = fetch_int_frame(conn, f'SELECT {select} FROM "{table}" WHERE {where}', names,
+                                f'SELECT count(*) FROM "{table}" WHERE {where}')
+        check_summable(frame, table)
+        return frame
     chunk_rows = chunk_rows or CHUNK_ROWS
     workers = workers or WORKERS
     try:  # two queries: SQLite answers a lone min() or max() of rowid from the b-tree's ends
@@ -190,7 +193,40 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     finally:
         for c in readers:
             c.close()
-    return pd.DataFrame({name: out[i][:filled[1]] for i, name in enumerate(names)}, copy=False)
+    frame = pd.DataFrame({name: out[i][:filled[1]] for i, name in enumerate(names)}, copy=False)
+    check_summable(frame, table)
+    return frame
+
+
+# Bound on |timestamps|, on the sum of |durations| and on the sum of |bytes| of one table: the metrics
+# add these as int64 (window sums, cumulative sums, differences), which must not wrap around.
+SUMMABLE_MAX = 1 << 62
+
+
+def check_summable(frame: pd.DataFrame, table: str) -> None:
+    """Raise InputError when int64 sums over ``frame`` could wrap: timestamps (``start``, ``end``)
+    beyond ±2**62, or durations or ``bytes`` whose absolute total reaches 2**62 (corrupted values).
+    The totals are only computed when rows × largest value could reach the bound."""
+    n = len(frame)
+    if n == 0:
+        return
+    lo, hi = {}, {}
+    for c in ("start", "end", "bytes"):
+        if c in frame:
+            values = frame[c].to_numpy()
+            lo[c], hi[c] = int(values.min()), int(values.max())
+    if any(lo[c] < -SUMMABLE_MAX or hi[c] > SUMMABLE_MAX for c in ("start", "end") if c in lo):
+        raise InputError(f"{table}: timestamps beyond ±2**62 ns (the export is corrupted)")
+    totals = {}
+    if "start" in lo and "end" in lo and n * (hi["end"] - lo["start"]) >= SUMMABLE_MAX:
+        totals["durations"] = np.abs(np.subtract(frame["end"].to_numpy(), frame["start"].to_numpy(),
+                                                 dtype=np.float64)).sum()
+    if "bytes" in lo and n * max(hi["bytes"], -lo["bytes"]) >= SUMMABLE_MAX:
+        totals["byte counts"] = np.abs(frame["bytes"].to_numpy(), dtype=np.float64).sum()
+    for what, total in totals.items():
+        if not total < SUMMABLE_MAX:
+            raise InputError(f"{table}: {what} add up past 2**62 and would overflow int64 sums "
+                             "(the export is corrupted)")
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
@@ -313,6 +349,13 @@ def string_ids_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> n
                     dtype=np.int64)
 
 
+def any_string_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> bool:
+    """Whether any StringIds value matches the SQL LIKE ``pattern`` (kernel, API and range names live there)."""
+    if not schema.has("StringIds", "value"):
+        return False
+    return conn.execute("SELECT 1 FROM StringIds WHERE value LIKE ? LIMIT 1", (pattern,)).fetchone() is not None
+
+
 def strings_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> dict[int, str]:
     """StringIds id -> value for values matching a SQL LIKE pattern (ASCII case-insensitive)."""
     if not schema.has("StringIds", "id", "value"):
@@ -373,16 +416,16 @@ def nvtx_event_type_counts(conn: sqlite3.Connection, schema: Schema) -> dict[int
     return {int(t): int(n) for t, n in conn.execute(f"SELECT eventType, count(*) FROM {NVTX} GROUP BY eventType")}
 
 
-def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...]) -> pd.DataFrame:
-    """OS runtime calls with the given names (e.g. munmap): start, end, globalTid, name."""
+def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None) -> pd.DataFrame:
+    """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name."""
     columns = ["start", "end", "globalTid", "name"]
     if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
         return pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
-    marks = ",".join("?" * len(names))
+    named = "" if names is None else f"o.nameId IN (SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})) AND "
     rows = conn.execute(
         f"SELECT o.start, o.\"end\", o.globalTid, s.value FROM {OSRT} o JOIN StringIds s ON s.id = o.nameId "
-        f"WHERE o.nameId IN (SELECT id FROM StringIds WHERE value IN ({marks})) AND o.\"end\" IS NOT NULL",
-        names,
+        f"WHERE {named}o.\"end\" IS NOT NULL",
+        names or (),
     ).fetchall()
     df = pd.DataFrame(rows, columns=columns)
     return df.astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # 2-GPU DDP captures (nvidia-h200-x2): bash training_workloads/device/h200x2_capture.sh SECONDS
+# Same setup as h200_capture.sh: the OSRT recipe (config.ini beside nsys, profile.sh strips each
+# rank's .qdstrm after the run). TRACE defaults to cuda,nvtx,osrt (the 2026-11-29 fixtures were made
+# with TRACE=cuda,nvtx; osrt at world size 2 is not yet run: ~2.6 GB of temporary disk per rank).
 set -uo pipefail
 : "${OUT:?}"
 W=/tmp/cap; mkdir -p $W/logs
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-dpkg -x .carry/nsys-target.deb /tmp/nsys
+if [ -f .carry/nsys-target.deb ]; then dpkg -x .carry/nsys-target.deb /tmp/nsys
+else mkdir -p /tmp/nsys && tar -xJf .carry/nsys-target-slim.tar.xz -C /tmp/nsys; fi
 export NSYS=/tmp/nsys/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys
+cp .carry/nsys-config.ini "$(dirname "$NSYS")/config.ini"
+export QDSTRM_STRIP=$PWD/.carry/qdstrm_strip.py
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/whl/*.whl
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvidia-smi topo -m
@@ -13,7 +19,7 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 cat $W/env.txt
 DEADLINE=$(( $(date +%s) + ${1:-300} ))
 left() { echo $(( DEADLINE - $(date +%s) )); }
-export TRACE=cuda,nvtx NPROC=2 OUTDIR=$W
+export TRACE=${TRACE:-cuda,nvtx,osrt} NPROC=2 OUTDIR=$W
 cap() {  # NAME VARIANT [ARGS]
   local name=$1 v=$2; shift 2
   [ "$(left)" -gt 30 ] || { echo "skip $name"; return; }

@@ -1,0 +1,307 @@
+"""Idle-gap attribution: for every ns the GPU sat idle, what the host process was doing (pure functions).
+
+The stage between metrics and rules. On each device (globalPid, deviceId) the idle intervals are
+the complement of kernels ∪ memcpys ∪ memsets inside the capture window. Each idle ns is given to
+the first of these host states that holds at that instant (precedence, highest first):
+
+1. ``cuda_blocking`` — a CUDA call that holds the host while the GPU idles: synchronous memcpy,
+   ``cuda*Synchronize``, ``cudaMalloc``/``cudaFree``/``cudaHostAlloc`` …, and ``cudaMemcpyAsync``
+   (which blocks when the host memory is pageable; cause = API name);
+2. ``os_runtime`` — an OS runtime call that does work (munmap, mmap, read, write, ioctl, …) on such
+   a thread or the primary thread (only when OSRT was captured; cause = call name);
+3. ``launch`` — time inside kernel/graph launch APIs on a launching thread;
+4. ``os_wait`` — an OS wait (pthread_cond_wait, futex, poll, select, sem_wait, sleep, recv …) on the
+   primary thread: the host waits on something else (a loader worker, a lock). Waits of helper
+   threads are not causes: CUDA's event thread sits in poll and PyTorch's autograd threads in
+   pthread_cond_wait for whole steps;
+5. ``nvtx_range`` — host work inside the innermost NVTX sub-range open on the primary thread
+   (cause = the range's name, numbered ranges by family: ``IO {n}``; after a nested range has
+   closed, its outermost enclosing sub-range is named);
+6. ``untraced`` — none of the above: Python or other CPU work that no traced call covers.
+
+The primary thread of a process is the one holding its NVTX step ranges, else the one that made
+the most launch calls. Launching threads are those that made any launch call.
+
+Each idle ns is also tagged ``before_launch`` when it lies inside a step's CPU range before the
+step's first call that puts work on the GPU (preparing the step — e.g. loading the batch — while
+the GPU waits), and ``after_sync`` when it lies in an idle interval after a host synchronization
+returned in it (a sync drains the GPU's queue: until the host launches again the GPU waits).
+
+Cost: one sort of the merged boundaries per device and a searchsorted per precedence level:
+linear in events after the sort.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .intervals import Coverage, group_indices
+from .trace.tables import pid_of
+
+LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
+UNTRACED = "host work outside traced calls"
+OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|spin)_\w*lock|pthread_join|"
+                     r"pthread_barrier_wait|sem_(timed|clock)?wait|futex|poll|ppoll|select|pselect6?|"
+                     r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
+                     r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
+SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch/dispatch gaps
+GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "ns"]
+SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
+
+
+def api_base_name(name: str) -> str:
+    """CUDA API name without nsys' version suffix: 'cudaMemcpy_v3020' -> 'cudaMemcpy'."""
+    return re.sub(r"(_v\d+)?(_ptsz|_ptds)?$", "", name)
+
+
+def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
+    """End times (ns) of the calls that wait for the GPU (SYNC_APIS), with their globalPid."""
+    sync = runtime[runtime["api"].isin(SYNC_APIS).to_numpy()]
+    return pd.DataFrame({"globalPid": pid_of(sync["globalTid"].to_numpy()), "end": sync["end"].to_numpy(np.int64)})
+
+
+def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
+                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, int]]:
+    """Labelled host intervals (start, end, globalPid, level, cause) of every process, and each process's
+    primary thread (globalPid -> globalTid).
+
+    ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
+    alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
+    globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
+    """
+    rt_pid = pid_of(runtime["globalTid"].to_numpy())
+    launching = runtime["api"].to_numpy() == "launch"
+    primary = _primary_threads(runtime[launching], step_ranges)
+    launch_tids = set(np.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
+    names = pd.Series(api_names)
+    parts = []
+    blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
+    if blocking.any():
+        rows = runtime[blocking]
+        parts.append(_labelled(rows, rt_pid[blocking], 0, names.reindex(rows["nameId"]).fillna("cuda call")
+                               .map(api_base_name).to_numpy()))
+    if launching.any():
+        parts.append(_labelled(runtime[launching], rt_pid[launching], 2, np.full(int(launching.sum()), "kernel launch")))
+    if len(osrt):
+        tid = osrt["globalTid"].to_numpy()
+        is_primary = np.isin(tid, list(primary.values()))
+        wait = osrt["name"].str.fullmatch(OS_WAIT).to_numpy()
+        active = ~wait & (is_primary | np.isin(tid, list(launch_tids)))
+        for mask, level in ((active, 1), (wait & is_primary, 3)):
+            if mask.any():
+                rows = osrt[mask]
+                parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].to_numpy()))
+    if len(nvtx) and primary:
+        from .steps import group_name
+
+        on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values()))
+        if len(step_ranges):  # the step ranges themselves are the windows, not causes
+            step_key = pd.MultiIndex.from_frame(step_ranges[["globalTid", "cpu_start", "cpu_end"]])
+            on_primary &= ~pd.MultiIndex.from_arrays([nvtx["globalTid"], nvtx["start"], nvtx["end"]]).isin(step_key)
+        rows = nvtx[on_primary]
+        if len(rows):
+            parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), 4, group_name(rows["name"]).to_numpy()))
+    cols = ["start", "end", "globalPid", "level", "cause"]
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in cols})
+    return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8}), primary
+
+
+def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"start": rows["start"].to_numpy(np.int64), "end": rows["end"].to_numpy(np.int64),
+                         "globalPid": pids, "level": level, "cause": cause})
+
+
+def _primary_threads(launches: pd.DataFrame, step_ranges: pd.DataFrame) -> dict[int, int]:
+    """globalPid -> its primary thread: the thread of its step ranges, else its most-launching thread."""
+    out = {}
+    if len(launches):
+        counts = launches["globalTid"].value_counts()
+        for tid in counts.index[::-1]:  # most launches last, so it wins
+            out[int(pid_of(np.array([tid]))[0])] = int(tid)
+    if len(step_ranges):
+        for pid, tid in step_ranges.groupby("globalPid")["globalTid"].agg(lambda t: t.mode().iloc[0]).items():
+            if tid >= 0:
+                out[int(pid)] = int(tid)
+    return out
+
+
+def attribute(capture: pd.DataFrame, steps: pd.DataFrame, busy: dict[tuple[int, int], Coverage],
+              host: pd.DataFrame, syncs: pd.DataFrame) -> pd.DataFrame:
+    """Attribution of each device's GPU idle time: one row per (globalPid, deviceId, step, cause_kind,
+    cause, before_launch, after_sync) with the idle ns (step -1: idle outside every step window).
+
+    ``capture``: one window per (globalPid, deviceId) (window_start, window_end ns); ``steps``: step
+    windows (globalPid, deviceId, step, window_start, window_end, cpu_start, cpu_end, first_launch ns);
+    ``busy``: union of GPU work per device; ``host``: :func:`host_intervals`; ``syncs``: :func:`sync_ends`.
+    """
+    out = []
+    host_groups = dict(group_indices(host["globalPid"].to_numpy())) if len(host) else {}
+    for row in capture.itertuples(index=False):
+        key = (int(row.globalPid), int(row.deviceId))
+        idle_s, idle_e = _idle(busy.get(key), int(row.window_start), int(row.window_end))
+        if idle_s.size == 0:
+            continue
+        mine = steps[(steps["globalPid"] == key[0]) & (steps["deviceId"] == key[1])].sort_values("window_start")
+        idx = host_groups.get((key[0],), False)
+        h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
+        ends = np.sort(syncs["end"].to_numpy()[syncs["globalPid"].to_numpy() == key[0]]) if len(syncs) else np.empty(0, np.int64)
+        out.append(_device_gaps(key, idle_s, idle_e, mine, h, ends))
+    gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in GAP_COLUMNS})
+    return gaps.astype({"ns": np.int64, "step": np.int64})
+
+
+def idle_gap_metrics(windows: pd.DataFrame, busy: dict[tuple[int, int], Coverage]) -> pd.DataFrame:
+    """Per window row (globalPid, deviceId, window_start, window_end; disjoint per device): idle_gap_count
+    (GPU idle intervals starting in it) and idle_short_gap_ns (their idle ns in gaps shorter than
+    SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop)."""
+    count = np.zeros(len(windows), np.int64)
+    short = np.zeros(len(windows), np.int64)
+    for (pid, dev), idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
+        w = windows.iloc[idx]
+        order = np.argsort(w["window_start"].to_numpy(), kind="stable")
+        w = w.iloc[order]
+        idle_s, idle_e = _idle(busy.get((int(pid), int(dev))), int(w["window_start"].min()), int(w["window_end"].max()))
+        k = _window_of(idle_s, w)
+        hit = k >= 0
+        length = idle_e - idle_s
+        rows = idx[order]
+        count[rows] = np.bincount(k[hit], minlength=len(w))
+        short[rows] = np.bincount(k[hit], weights=np.where(length[hit] < SHORT_GAP_NS, length[hit], 0),
+                                  minlength=len(w)).astype(np.int64)
+    return pd.DataFrame({"idle_gap_count": count, "idle_short_gap_ns": short}, index=windows.index)
+
+
+
+def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Complement of ``busy`` inside [a, b)."""
+    if busy is None or len(busy) == 0:
+        return np.array([a], np.int64), np.array([b], np.int64)
+    s, e = np.clip(busy.starts, a, b), np.clip(busy.ends, a, b)
+    starts, ends = np.concatenate(([a], e)), np.concatenate((s, [b]))
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def _window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
+    """Row position in ``windows`` (sorted, disjoint [window_start, window_end)) holding each time, or -1."""
+    ws, we = windows["window_start"].to_numpy(np.int64), windows["window_end"].to_numpy(np.int64)
+    k = np.searchsorted(ws, t, side="right") - 1
+    inside = (k >= 0) & (t < we[np.maximum(k, 0)])
+    return np.where(inside, k, -1)
+
+
+def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
+    else the one reaching furthest among those started before — or -1."""
+    if starts.size == 0:
+        return np.full(t.shape, -1, dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e, lab = starts[order], ends[order], labels[order]
+    reach = np.maximum.accumulate(e)
+    furthest = _running_argmax(e)
+    k = np.searchsorted(s, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    latest = (k >= 0) & (e[kk] > t)
+    outer = (k >= 0) & ~latest & (reach[kk] > t)
+    return np.where(latest, lab[kk], np.where(outer, lab[furthest[kk]], -1))
+
+
+def _running_argmax(x: np.ndarray) -> np.ndarray:
+    """Index of the running maximum of ``x`` (first index of each new maximum)."""
+    idx = np.arange(x.size)
+    is_new = np.concatenate(([True], x[1:] > np.maximum.accumulate(x)[:-1]))
+    return np.maximum.accumulate(np.where(is_new, idx, 0))
+
+
+def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
+                 host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
+    """Attributed idle of one device: elementary segments between all boundaries, each given its cause."""
+    hs, he = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
+    lo, hi = idle_s[0], idle_e[-1]
+    first_sync = np.full(idle_s.shape, np.iinfo(np.int64).max)  # earliest sync return inside each idle interval
+    if sync_end.size:
+        j = np.searchsorted(sync_end, idle_s, side="left")
+        inside = (j < sync_end.size) & (sync_end[np.minimum(j, sync_end.size - 1)] < idle_e)
+        first_sync[inside] = sync_end[j[inside]]
+    points = [idle_s, idle_e, np.clip(hs, lo, hi), np.clip(he, lo, hi), np.clip(first_sync, lo, hi)]
+    if len(steps):
+        points += [steps["window_start"].to_numpy(np.int64), steps["first_launch"].to_numpy(np.int64)]
+    p = np.unique(np.concatenate(points))
+    seg_s, seg_e = p[:-1], p[1:]
+    k = np.searchsorted(idle_s, seg_s, side="right") - 1
+    idle = (k >= 0) & (seg_s < idle_e[np.maximum(k, 0)])
+    seg_s, seg_e, after = seg_s[idle], seg_e[idle], seg_s[idle] >= first_sync[k[idle]]
+    cause_codes, causes = pd.factorize(host["cause"]) if len(host) else (np.empty(0, np.int64), pd.Index([]))
+    level = np.full(seg_s.shape, len(LEVELS) - 1, dtype=np.int8)
+    cause = np.full(seg_s.shape, -1, dtype=np.int64)
+    host_level = host["level"].to_numpy()
+    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
+        m = host_level == lv
+        if not m.any():
+            continue
+        lab = _active_label(hs[m], he[m], np.asarray(cause_codes)[m], seg_s)
+        hit = lab >= 0
+        level[hit], cause[hit] = lv, lab[hit]
+    step = np.full(seg_s.shape, -1, dtype=np.int64)
+    before = np.zeros(seg_s.shape, dtype=bool)
+    if len(steps):
+        w = _window_of(seg_s, steps)
+        hit = w >= 0
+        step[hit] = steps["step"].to_numpy()[w[hit]]
+        cpu_s, first = steps["cpu_start"].to_numpy()[w[hit]], steps["first_launch"].to_numpy()[w[hit]]
+        before[hit] = (seg_s[hit] >= cpu_s) & (seg_s[hit] < first)
+    names = np.asarray(causes, dtype=object)
+    frame = pd.DataFrame({"step": step, "level": level, "cause": cause, "before_launch": before, "after_sync": after,
+                          "ns": seg_e - seg_s})
+    frame = frame.groupby(["step", "level", "cause", "before_launch", "after_sync"], as_index=False)["ns"].sum()
+    code = frame["cause"].to_numpy()
+    frame["cause"] = np.where(code >= 0, names[np.maximum(code, 0)] if names.size else "", UNTRACED)
+    frame["cause_kind"] = np.array(LEVELS, dtype=object)[frame["level"].to_numpy()]
+    frame["globalPid"], frame["deviceId"] = key
+    return frame[GAP_COLUMNS]
+
+
+def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
+    """Per step row: start (ns) of the first call of its process that puts work on the GPU (a launch or a
+    copy) inside the step's CPU range [cpu_start, cpu_end), or cpu_end when there is none."""
+    out = steps["cpu_end"].to_numpy(np.int64).copy()
+    launches = runtime[runtime["api"].isin(["launch", "sync_copy", "async_copy"]).to_numpy()]
+    if launches.empty or steps.empty:
+        return out
+    pids = pid_of(launches["globalTid"].to_numpy())
+    for (pid,), idx in group_indices(steps["globalPid"].to_numpy()):
+        t = np.sort(launches["start"].to_numpy()[pids == pid])
+        if t.size == 0:
+            continue
+        rows = np.arange(len(steps)) if idx is None else idx
+        a = steps["cpu_start"].to_numpy(np.int64)[rows]
+        k = np.searchsorted(t, a, side="left")
+        found = (k < t.size) & (t[np.minimum(k, t.size - 1)] < out[rows])
+        out[rows] = np.where(found, t[np.minimum(k, t.size - 1)], out[rows])
+    return out
+
+
+SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns"]
+
+
+def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], pd.DataFrame]:
+    """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
+    steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
+    ``before_launch_ns`` and ``after_sync_ns``, the same statistic restricted to those tags."""
+    out = {}
+    for (pid, dev), g in (gaps.groupby(["globalPid", "deviceId"]) if len(gaps) else []):
+        chosen = steady_steps.get((int(pid), int(dev)))
+        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0))
+        values = ["ns", "before_launch_ns", "after_sync_ns"]
+        if chosen:
+            per_step = g[g["step"].isin(chosen)].groupby(["cause_kind", "cause", "step"])[values].sum()
+            per_step = per_step.unstack("step", fill_value=0).reindex(columns=pd.MultiIndex.from_product(
+                [values, chosen]), fill_value=0)
+            frame = pd.DataFrame({v: per_step[v].median(axis=1) for v in values})
+        else:
+            frame = g.groupby(["cause_kind", "cause"])[values].sum()
+        frame = frame[frame["ns"] > 0].sort_values("ns", ascending=False).reset_index()
+        out[(int(pid), int(dev))] = frame[SUMMARY_COLUMNS]
+    return out

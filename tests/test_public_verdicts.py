@@ -1,0 +1,73 @@
+"""Verdicts on real exports of other projects (../shared/traces/public; skipped when absent): each gets a
+diagnosis that fits its program — its framework, its collectives, its own steps — never PyTorch code
+for a program that is not PyTorch."""
+import pytest
+
+import nsysanalyze
+
+from conftest import shared_trace
+
+PYTORCH_WORDS = ("torch", "DataLoader", "DDP(")
+FRAMEWORK = {
+    "sc23-openmp-tutorial__report3.sqlite": "openmp",
+    "pipit__perlmutter-cloverleaf-cuda.sqlite": "cuda",
+    "nsightful__power_iteration__baseline.sqlite": "python",
+    "nsys-ai__mfu_2gpu_after.sqlite": "pytorch",
+    "casio__nerf_output-file.sqlite": "tensorflow",
+    "MohanadOdema__w_Relu_nsys_profile.sqlite": "pytorch",
+    "Lyrics-WangKL__darknet1img.sqlite": "cuda",
+    "YoonKyonghwan__poolformer.sqlite": "tensorrt",
+    "nvfuser__report1.sqlite": "pytorch",
+    "unschlagbar__prof.sqlite": "cuda",
+    "kamalchowdhury326__report1.sqlite": "cuda",
+    "quasiben__multiprocessing.sqlite": "unknown",
+    "bwyogatama__report1.sqlite": "cuda",
+}
+
+
+def report(name):
+    return nsysanalyze.analysis.report(shared_trace(f"public/{name}"))
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORK))
+def test_framework_and_fix_language(name):
+    d = report(name)
+    assert d["trace"]["framework"] == FRAMEWORK[name]
+    if FRAMEWORK[name] != "pytorch":
+        for f in d["findings"]:
+            assert not any(w in f["snippet"] or w in f["fix"] for w in PYTORCH_WORDS), (f["rule"], f["snippet"])
+
+
+def test_openmp_heat_is_told_to_keep_data_on_the_device():
+    d = report("sc23-openmp-tutorial__report3.sqlite")
+    assert {"pin-memory", "dtoh-sync"} <= {f["rule"] for f in d["findings"]}
+    assert all("#pragma omp target" in f["snippet"] for f in d["findings"] if f["rule"] in ("pin-memory", "dtoh-sync"))
+
+
+def test_pipeline_parallel_sendrecv_is_named_and_gets_no_ddp_advice():
+    d = report("nsys-ai__mfu_2gpu_after.sqlite")
+    for dev in d["summary"]["devices"]:
+        assert dev["nccl_sendrecv_count"] == 31 and dev["nccl_allreduce_count"] == 0
+    rules = {f["rule"] for f in d["findings"]}
+    assert not rules & {"ddp-single-gpu", "gradient-as-bucket-view", "ddp-bucket-overlap", "ddp-static-graph",
+                        "grad-compression"}
+    assert d["trace"]["step_source"] == "inferred"  # its NVTX ranges are ops (aten::*), not steps
+
+
+def test_power_iteration_idle_is_blamed_on_its_io_range():
+    d = report("nsightful__power_iteration__baseline.sqlite")
+    top = d["findings"][0]
+    assert top["rule"] == "gpu-idle-unexplained" and "IO {n}" in top["title"]
+    assert any(s["name"] == "IO {n}" for s in d["subranges"])  # numbered sub-ranges grouped by family
+
+
+def test_cloverleaf_gets_no_python_nvtx_note():
+    d = report("pipit__perlmutter-cloverleaf-cuda.sqlite")
+    assert not any("python" in n.lower() for n in d["notes"])
+
+
+@pytest.mark.parametrize("name", ["YoonKyonghwan__poolformer.sqlite", "MohanadOdema__w_Relu_nsys_profile.sqlite",
+                                  "nvfuser__report1.sqlite"])
+def test_layer_and_op_ranges_are_not_steps(name):
+    d = report(name)
+    assert d["trace"]["step_source"] != "nvtx"

@@ -1,0 +1,52 @@
+"""The project's own H200 captures (fixtures/, nsys 2023.4 with --trace=cuda,nvtx,osrt) of scenarios beyond the
+articles' ladder: each top finding follows the cause the workload was built to have."""
+import pytest
+
+import nsysanalyze
+
+from conftest import fixture_trace
+
+
+def findings(name):
+    with nsysanalyze.open(fixture_trace(name)) as a:
+        return a.findings()
+
+
+@pytest.mark.parametrize("name,top", [
+    ("dtoh_pageable.sqlite", "dtoh-sync"),                 # .cpu() of 100 MB + .item() every step
+    ("tinyops_eager.sqlite", "launch-bound"),              # ~1000 kernels of ~1.3 us per step, eager
+    ("resnet18_loader_unnamed.sqlite", "dataloader-workers"),   # main-process loader in a range named 'prep'
+    ("resnet18_loader_noranges.sqlite", "dataloader-workers"),  # ... with no sub-ranges at all
+])
+def test_top_finding_follows_the_cause(name, top):
+    assert findings(name)[0].rule == top
+
+
+@pytest.mark.parametrize("name", ["dtoh_pinned_async.sqlite", "dtoh_deferred.sqlite", "tinyops_graphs.sqlite",
+                                  "gpu_bound.sqlite"])
+def test_fixed_or_healthy_loops_have_nothing_to_fix(name):
+    """The fixes of the scenarios above (pinned async copies, deferred syncs, CUDA graphs) and a GPU-bound loop."""
+    assert [f.rule for f in findings(name)] == ["input-pipeline-ok"]
+
+
+def test_unnamed_loader_is_named_by_its_range():
+    (f,) = [f for f in findings("resnet18_loader_unnamed.sqlite") if f.rule == "dataloader-workers"]
+    assert f.evidence["top_cause"] == "prep" and "num_workers" in f.snippet
+    (g,) = [f for f in findings("resnet18_loader_noranges.sqlite") if f.rule == "dataloader-workers"]
+    assert g.evidence["top_cause_kind"] == "untraced"
+
+
+def test_workers_pin_memory_cites_munmap_with_gpu_idle():
+    """The first article's pattern: DataLoader workers hand batches over shared memory, the main process
+    munmaps them after the blocking pageable copy while the GPU waits."""
+    top = findings("resnet18_workers.sqlite")[0]
+    assert top.rule == "pin-memory"
+    assert top.evidence["munmap_count"] >= 1 and top.evidence["munmap_gpu_idle_ns"] > 0
+    assert "munmap" in top.title
+
+
+def test_launch_bound_counts_every_thread():
+    with nsysanalyze.open(fixture_trace("tinyops_eager.sqlite")) as a:
+        step = a.steps().iloc[-1]
+        # launches of the main thread and of autograd's backward thread both count
+        assert step["launch_calls"] >= step["kernel_count"] * 0.9
