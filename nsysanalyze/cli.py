@@ -389,25 +389,41 @@ def plot_cmd(files, out, force, step_range):
 
 
 @cli.command("report")
-@click.argument("file")
+@click.argument("files", metavar="FILE...", nargs=-1, required=True)
 @click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
 @FORCE
 @STEP_RANGE
-def report_cmd(file, baseline, out, force, step_range):
-    """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
+def report_cmd(files, baseline, out, force, step_range):
+    """One self-contained HTML page: verdict, findings, a timeline of one steady step, per-step chart,
+    comparison, tables. Several FILEs (ranks of one job) give one page led by the cross-rank view."""
     from .compare import compare
     from .render import html as html_render
     from .render import plot
 
-    target = check_output(out, [file, baseline] if baseline else [file], force)
-    new = load_report(file, step_range)
-    base = load_report(baseline, step_range) if baseline else None
-    chart = plot.svg([base, new] if base else [new])
-    page = html_render.render(new, chart, compare(base, new) if base else None)
+    target = check_output(out, [*files, baseline] if baseline else list(files), force)
+    reports = [load_report(f, step_range) for f in files]
+    timelines = [step_timeline_of(f, r, step_range) for f, r in zip(files, reports)]
+    if len(reports) == 1:
+        base = load_report(baseline, step_range) if baseline else None
+        chart = plot.svg([base, reports[0]] if base else reports)
+        page = html_render.render(reports[0], chart, compare(base, reports[0]) if base else None, timelines[0])
+    else:
+        if baseline:
+            raise click.UsageError("--baseline compares one FILE with BASE; give one FILE")
+        page = html_render.render_ranks(reports, ranks.cross_rank(reports), [plot.svg([r]) for r in reports], timelines)
     with atomic_output(target) as tmp:
         tmp.write_text(page, encoding="utf-8")
     click.echo(f"wrote {out}")
+
+
+def step_timeline_of(path: str, report: dict, step_range: str | None) -> dict | None:
+    """The lanes of one steady step (``nsysanalyze.timeline``), or None for a saved JSON report."""
+    from .timeline import step_timeline
+
+    if str(path).endswith(".json"):
+        return None
+    return run_analysis(path, lambda a: step_timeline(a.trace, report), step_range)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -38,7 +38,7 @@ def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
     return sorted(by_rule.values(), key=lambda f: -f["gain_ns"])
 
 
-def _top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
+def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
     """rank -> rule of its top finding (a report's findings are ranked: its first per rank)."""
     out: dict[int, str] = {}
     for rank, f in _findings_by_rank(view, reports):
@@ -46,13 +46,13 @@ def _top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
     return out
 
 
-def _rank_cells(r: dict, fastest: float | None, top_rule: str | None = None) -> list[str]:
+def rank_cells(r: dict, fastest: float | None, top_rule: str | None = None) -> list[str]:
     rel = (f"+{100 * (r['step_ns'] / fastest - 1):.1f}%" if fastest and r["step_ns"] is not None else "-")
     return [str(r["rank"]), r["label"] or r["trace"], count(r["steps"]), ms(r["step_ns"]), rel, ms(r["nccl_ns"]),
             ms(r["nccl_exposed_ns"]), pct(r["idle_fraction"]), ms(r["offset_ns"]), top_rule or "-"]
 
 
-def _ranks_where(f: dict) -> str:
+def ranks_where(f: dict) -> str:
     ranks = sorted(f["ranks"])
     return f" · rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
@@ -105,28 +105,28 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
     for line in verdict(view):
         console.print(Text("  " + line))
     fastest = view["summary"].get("step_ns_min")
-    rules = _top_rules(view, reports)
+    rules = top_rules(view, reports)
     console.print(table_of("One row per rank", RANK_HEADERS,
-                           [_rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9)))
+                           [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9)))
     steps = _step_rows(view)
     if steps and details:
         console.print(table_of("Per step across ranks (largest spread first)", STEP_HEADERS,
                                [_step_cells(s) for s in steps]))
     if reports:
-        print_findings(console, rank_findings(view, reports), top, _ranks_where)
+        print_findings(console, rank_findings(view, reports), top, ranks_where)
 
 
 def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None) -> str:
     """Verdict, the rank table, the per-step spread table, the findings across ranks (markdown)."""
     view, reports = for_markdown(view), [keeping_snippets(r, for_markdown) for r in reports]  # never as markdown
     fastest = view["summary"].get("step_ns_min")
-    rules = _top_rules(view, reports)
+    rules = top_rules(view, reports)
     out = ["## Ranks", ""] + [f"- {line}" for line in verdict(view)] + [""]
-    out += md_table(RANK_HEADERS, [_rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]]) + [""]
+    out += md_table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]]) + [""]
     steps = _step_rows(view)
     if steps:
         out += ["Per step across ranks (largest spread first):", ""]
         out += md_table(STEP_HEADERS, [_step_cells(s) for s in steps]) + [""]
     if reports:
-        out += findings_blocks(rank_findings(view, reports), top, _ranks_where)
+        out += findings_blocks(rank_findings(view, reports), top, ranks_where)
     return "\n".join(out) + "\n"
