@@ -368,10 +368,13 @@ def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
 @cli.command("plot")
 @click.argument("files", nargs=-1, required=True)
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
+@click.option("--label", "labels", multiple=True, metavar="TEXT",
+              help="Name of each FILE's panel, in order (repeat once per file: --label before --label after).")
 @FORCE
 @STEP_RANGE
-def plot_cmd(files, out, force, step_range):
-    """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
+def plot_cmd(files, out, labels, force, step_range):
+    """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms), the
+    median step as a dashed line; segments too small to see get a line in their colour.
 
     Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
     whole capture, one bar per GPU. FILES may be nsys exports or saved JSON reports.
@@ -381,10 +384,12 @@ def plot_cmd(files, out, force, step_range):
     if not out.lower().endswith(plot.FORMATS):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
     paths = expand_inputs(files, False)
+    if labels and len(labels) != len(paths):
+        raise click.UsageError(f"--label given {len(labels)} time(s) for {len(paths)} file(s): give one per file")
     target = check_output(out, paths, force)
     reports = [load_report(str(p), step_range) for p in paths]
     with atomic_output(target) as tmp:
-        plot.save(reports, tmp)
+        plot.save(reports, tmp, list(labels) or None)
     click.echo(f"wrote {out}")
 
 
