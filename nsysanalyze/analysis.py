@@ -31,18 +31,6 @@ FORMAT_VERSION = 2  # 2: trace.framework/step_source, gaps, NCCL by kind, alloc/
 
 
 @dataclass
-class StepChoice:
-    """How the steps were found: NVTX step rows (empty when inferred), their GPU windows, a label,
-    the source ('nvtx', 'inferred' or None) and the NVTX families rejected as not loop iterations."""
-
-    ranges: pd.DataFrame
-    windows: pd.DataFrame
-    label: str | None
-    source: str | None
-    rejected: list[str]
-
-
-@dataclass
 class TraceInfo:
     """Header facts of one export."""
 
@@ -80,7 +68,7 @@ class Analysis:
     # when no step is projected), and runtime calls by API name (see _projection).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
-        cols = ["start", "end", "deviceId", "globalPid", "nameId"]
+        cols = ["start", "end", "deviceId", "globalPid", "nameId", "streamId"]
         return self.trace.gpu_table("kernels", cols + (["correlationId"] if self._projects_steps else []))
 
     @cached_property
@@ -106,28 +94,11 @@ class Analysis:
         return self.step_range is not None or bool(self._step_candidates)
 
     @cached_property
-    def _step_choice(self) -> StepChoice:
-        """The steps: ``--step-range``'s ranges; else the first NVTX candidate family whose projected
-        steps look like loop iterations (steps.is_loop_iteration); else steps inferred from the
-        repeating kernel sequence (steps.inferred_steps); else none."""
-        nvtx, rejected = self.trace.nvtx, []
-        if self.step_range is not None:
-            ranges, label = S.find_steps(nvtx, self.step_range)
-            return StepChoice(ranges, self._project(ranges), label, "nvtx", rejected)
-        for family in self._step_candidates:
-            ranges = S.family_ranges(nvtx, family)
-            windows = self._project(ranges)
-            if S.is_loop_iteration(windows, self._kernels):
-                return StepChoice(ranges, windows, family, "nvtx", rejected)
-            rejected.append(family)
+    def _step_choice(self) -> S.StepChoice:
+        """The steps (steps.choose_steps), once the tables are loaded (side by side, see _load_tables)."""
         self._load_tables()
-        inferred = S.inferred_steps(self._kernels)
-        empty = pd.DataFrame(columns=S.STEP_COLUMNS)
-        if inferred.empty:
-            return StepChoice(empty, S.project_steps(empty, [], []), None, None, rejected)
-        period = int(inferred["period_kernels"].iloc[0])
-        return StepChoice(empty, inferred.drop(columns="period_kernels"),
-                          f"kernel sequence (period {period} kernels)", "inferred", rejected)
+        return S.choose_steps(self.trace.nvtx, self.step_range, self._step_candidates, self._project,
+                              lambda: self._kernels)
 
     @property
     def _step_ranges(self) -> tuple[pd.DataFrame, str | None]:
@@ -222,10 +193,12 @@ class Analysis:
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
+        self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
+        self.__dict__["_kernels"] = self._kernels.drop(columns="streamId")
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
-        host, _ = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0])
+        host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0])
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, busy, host, A.sync_ends(runtime))
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), busy) for w in (steps, capture) if len(w)],
@@ -300,30 +273,33 @@ class Analysis:
         summary, steps = self._summary, self._steps_metrics
         if summary.empty:
             return []
-        sub = self.subranges()
         facts_all = self._facts()
         steady = M.steady_steps(steps) if not steps.empty else steps
         steady_ids = {(int(p), int(d)): sorted(g["step"].astype(int)) for (p, d), g in
                       steady.groupby(["globalPid", "deviceId"])} if not steady.empty else {}
         gaps = A.summarize(self.gaps(), steady_ids)
         gpu_names = dict(zip(self.trace.gpus["deviceId"], self.trace.gpus["name"])) if not self.trace.gpus.empty else {}
+        # rows grouped once (not one mask per device): linear in devices and processes
+        step_rows = steps.groupby(["globalPid", "deviceId"]).indices if not steps.empty else {}
+        per_name = self.subranges().groupby(["globalPid", "name"]).agg(ns=("ns", "median"), share=("share", "median"))
+        subranges_of: dict[int, dict[str, tuple[float, float]]] = {}
+        for (p, name), ns, share in zip(per_name.index, per_name["ns"], per_name["share"]):
+            subranges_of.setdefault(int(p), {})[name] = (float(ns), float(share))
         out = []
         for _, row in summary.iterrows():
             pid, dev = int(row["globalPid"]), int(row["deviceId"])
-            mine = steps[(steps["globalPid"] == pid) & (steps["deviceId"] == dev)] if not steps.empty else steps
+            mine = steps.iloc[step_rows[(pid, dev)]] if (pid, dev) in step_rows else steps.iloc[:0]
             if not mine.empty:
                 m = M.steady_steps(mine).select_dtypes("number").median().to_dict()
-                m.update(copies_per_step(row, len(mine)))
+                if self._step_choice.source == "nvtx":  # windows of inferred steps partition the copies already
+                    m.update(copies_per_step(row, len(mine)))
                 scope = "step median"
             else:
                 m, scope = row.to_dict(), "capture"
-            sr = sub[sub["globalPid"] == pid]
-            per_name = sr.groupby("name").agg(ns=("ns", "median"), share=("share", "median"))
-            subr = {n: (float(r["ns"]), float(r["share"])) for n, r in per_name.iterrows()}
             facts = dict(facts_all)
             facts.update(self._device_facts(pid, dev))
-            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=subr, facts=facts,
-                                gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
+            out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
+                                facts=facts, gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
                                 framework=self.framework.name, gpu_name=gpu_names.get(dev, "")))
         return out
 
@@ -339,14 +315,15 @@ class Analysis:
             "osrt_captured": float(self.trace.schema.has("OSRT_API")),
         }
 
+    @cached_property
+    def _htod_on_kernel_streams(self) -> dict[tuple[int, int], float]:
+        """(globalPid, deviceId) -> share of its HtoD copies issued on streams that also run kernels."""
+        per = M.htod_on_kernel_streams(self._kernels, self._memcpys)
+        return dict(zip(zip(per["globalPid"].astype(int), per["deviceId"].astype(int)), per["htod_on_kernel_streams_fraction"]))
+
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
-        """Per-device facts: the share of HtoD copies issued on streams that also run kernels."""
-        m = self._memcpys
-        htod = m[(m["globalPid"] == pid) & (m["deviceId"] == dev) & (m["copyKind"] == 1)]
-        streams = htod["streamId"].unique()
-        with_kernels = [s for s in streams if self.trace.kernel_on_stream(pid, dev, s)]  # asked in SQL, per stream
-        frac = float(np.isin(htod["streamId"], with_kernels).mean()) if len(htod) else float("nan")
-        return {"htod_on_kernel_streams_fraction": frac}
+        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy)."""
+        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan")))}
 
     def findings(self) -> list[Finding]:
         return list(self._findings)

@@ -25,7 +25,9 @@ the most launch calls. Launching threads are those that made any launch call.
 Each idle ns is also tagged ``before_launch`` when it lies inside a step's CPU range before the
 step's first call that puts work on the GPU (preparing the step — e.g. loading the batch — while
 the GPU waits), and ``after_sync`` when it lies in an idle interval after a host synchronization
-returned in it (a sync drains the GPU's queue: until the host launches again the GPU waits).
+returned in it (a sync drains the GPU's queue: until the host launches again the GPU waits), and
+``short_gap`` when its idle interval is shorter than SHORT_GAP_NS (the µs gaps between the kernels
+of a loop the host cannot feed fast enough).
 
 Cost: one sort of the merged boundaries per device and a searchsorted per precedence level:
 linear in events after the sort.
@@ -37,7 +39,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import Coverage, group_indices
+from .intervals import Coverage, group_indices, unique_sorted
 from .trace.tables import pid_of
 
 LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -47,7 +49,7 @@ OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|s
                      r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
                      r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
 SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch/dispatch gaps
-GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "ns"]
+GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "short_gap", "ns"]
 SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
 
 
@@ -63,9 +65,8 @@ def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
 
 
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
-                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, int]]:
-    """Labelled host intervals (start, end, globalPid, level, cause) of every process, and each process's
-    primary thread (globalPid -> globalTid).
+                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame) -> pd.DataFrame:
+    """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS).
 
     ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
     alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
@@ -74,16 +75,16 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
     launching = runtime["api"].to_numpy() == "launch"
     primary = _primary_threads(runtime[launching], step_ranges)
-    launch_tids = set(np.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
-    names = pd.Series(api_names)
+    launch_tids = set(pd.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
+    base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
     blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
     if blocking.any():
         rows = runtime[blocking]
-        parts.append(_labelled(rows, rt_pid[blocking], 0, names.reindex(rows["nameId"]).fillna("cuda call")
-                               .map(api_base_name).to_numpy()))
+        parts.append(_labelled(rows, rt_pid[blocking], 0, rows["nameId"].map(base_names).fillna("cuda call").to_numpy()))
     if launching.any():
-        parts.append(_labelled(runtime[launching], rt_pid[launching], 2, np.full(int(launching.sum()), "kernel launch")))
+        parts.append(_labelled(runtime[launching], rt_pid[launching], 2,
+                               pd.Categorical.from_codes(np.zeros(int(launching.sum()), np.int8), ["kernel launch"])))
     if len(osrt):
         tid = osrt["globalTid"].to_numpy()
         is_primary = np.isin(tid, list(primary.values()))
@@ -104,13 +105,18 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         if len(rows):
             parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), 4, group_name(rows["name"]).to_numpy()))
     cols = ["start", "end", "globalPid", "level", "cause"]
-    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in cols})
-    return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8}), primary
+    if not parts:
+        return pd.DataFrame({c: [] for c in cols}).astype({"start": np.int64, "end": np.int64, "globalPid": np.int64,
+                                                           "level": np.int8})
+    cause = pd.api.types.union_categoricals([p["cause"].array for p in parts])
+    frame = pd.concat([p.drop(columns="cause") for p in parts], ignore_index=True).assign(cause=cause)
+    return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
 
 
-def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause: np.ndarray) -> pd.DataFrame:
+def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
+    """Host intervals of one level; ``cause`` a label per row, kept categorical (few distinct labels)."""
     return pd.DataFrame({"start": rows["start"].to_numpy(np.int64), "end": rows["end"].to_numpy(np.int64),
-                         "globalPid": pids, "level": level, "cause": cause})
+                         "globalPid": pids, "level": level, "cause": pd.Categorical(cause)})
 
 
 def _primary_threads(launches: pd.DataFrame, step_ranges: pd.DataFrame) -> dict[int, int]:
@@ -217,8 +223,12 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
 
 def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
                  host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
-    """Attributed idle of one device: elementary segments between all boundaries, each given its cause."""
+    """Attributed idle of one device: elementary segments between all boundaries, each given its cause.
+    Only host intervals that overlap the GPU's idle take part (most launches run while the GPU is busy)."""
     hs, he = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
+    overlaps_idle = Coverage(idle_s, idle_e).within(hs, he) > 0
+    if not overlaps_idle.all():
+        host, hs, he = host[overlaps_idle], hs[overlaps_idle], he[overlaps_idle]
     lo, hi = idle_s[0], idle_e[-1]
     first_sync = np.full(idle_s.shape, np.iinfo(np.int64).max)  # earliest sync return inside each idle interval
     if sync_end.size:
@@ -228,12 +238,16 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
     points = [idle_s, idle_e, np.clip(hs, lo, hi), np.clip(he, lo, hi), np.clip(first_sync, lo, hi)]
     if len(steps):
         points += [steps["window_start"].to_numpy(np.int64), steps["first_launch"].to_numpy(np.int64)]
-    p = np.unique(np.concatenate(points))
+    p = unique_sorted(np.concatenate(points))
     seg_s, seg_e = p[:-1], p[1:]
     k = np.searchsorted(idle_s, seg_s, side="right") - 1
     idle = (k >= 0) & (seg_s < idle_e[np.maximum(k, 0)])
     seg_s, seg_e, after = seg_s[idle], seg_e[idle], seg_s[idle] >= first_sync[k[idle]]
-    cause_codes, causes = pd.factorize(host["cause"]) if len(host) else (np.empty(0, np.int64), pd.Index([]))
+    short = (idle_e - idle_s)[k[idle]] < SHORT_GAP_NS
+    if len(host):
+        cause_codes, causes = host["cause"].cat.codes.to_numpy(np.int64), host["cause"].cat.categories
+    else:
+        cause_codes, causes = np.empty(0, np.int64), pd.Index([])
     level = np.full(seg_s.shape, len(LEVELS) - 1, dtype=np.int8)
     cause = np.full(seg_s.shape, -1, dtype=np.int64)
     host_level = host["level"].to_numpy()
@@ -254,8 +268,8 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
         before[hit] = (seg_s[hit] >= cpu_s) & (seg_s[hit] < first)
     names = np.asarray(causes, dtype=object)
     frame = pd.DataFrame({"step": step, "level": level, "cause": cause, "before_launch": before, "after_sync": after,
-                          "ns": seg_e - seg_s})
-    frame = frame.groupby(["step", "level", "cause", "before_launch", "after_sync"], as_index=False)["ns"].sum()
+                          "short_gap": short, "ns": seg_e - seg_s})
+    frame = frame.groupby(["step", "level", "cause", "before_launch", "after_sync", "short_gap"], as_index=False)["ns"].sum()
     code = frame["cause"].to_numpy()
     frame["cause"] = np.where(code >= 0, names[np.maximum(code, 0)] if names.size else "", UNTRACED)
     frame["cause_kind"] = np.array(LEVELS, dtype=object)[frame["level"].to_numpy()]
@@ -283,18 +297,21 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
     return out
 
 
-SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns"]
+SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns", "short_gap_ns", "short_after_sync_ns"]
 
 
 def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], pd.DataFrame]:
     """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
     steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
-    ``before_launch_ns`` and ``after_sync_ns``, the same statistic restricted to those tags."""
+    ``before_launch_ns``, ``after_sync_ns``, ``short_gap_ns`` and ``short_after_sync_ns`` (short gaps after a
+    sync), the same statistic restricted to those tags."""
     out = {}
     for (pid, dev), g in (gaps.groupby(["globalPid", "deviceId"]) if len(gaps) else []):
         chosen = steady_steps.get((int(pid), int(dev)))
-        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0))
-        values = ["ns", "before_launch_ns", "after_sync_ns"]
+        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0),
+                     short_gap_ns=g["ns"].where(g["short_gap"], 0),
+                     short_after_sync_ns=g["ns"].where(g["short_gap"] & g["after_sync"], 0))
+        values = SUMMARY_COLUMNS[2:]
         if chosen:
             per_step = g[g["step"].isin(chosen)].groupby(["cause_kind", "cause", "step"])[values].sum()
             per_step = per_step.unstack("step", fill_value=0).reindex(columns=pd.MultiIndex.from_product(

@@ -5,9 +5,14 @@ Each worker runs the whole pipeline on one file and returns its report dict
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .errors import InputError
@@ -41,18 +46,95 @@ def analyze_many(paths: Sequence[str | os.PathLike], step_range: str | None, job
             done(p)
         return reports
     threads = max(1, cores // jobs)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(analyze_job, p, step_range, threads): i for i, p in enumerate(paths)}
+    return _in_pool(paths, step_range, jobs, threads, done)
+
+
+def _in_pool(paths: list[str], step_range: str | None, jobs: int, threads: int,
+             done: Callable[[str], None]) -> list[dict]:
+    """analyze_job over ``paths`` in ``jobs`` worker processes that never outlive this one: each watches
+    its parent (``_watch_parent``); SIGTERM here kills them and exits 143; any other exit (error,
+    Ctrl-C) kills them too. A worker that dies (OOM killer) is one InputError naming its file."""
+    ctx = multiprocessing.get_context()
+    started = ctx.SimpleQueue()  # (worker pid, path) as each job starts
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(started,))
+    previous = _on_sigterm(_terminate)
+    try:
+        futures = {pool.submit(_pool_job, p, step_range, threads): i for i, p in enumerate(paths)}
+        workers = dict(getattr(pool, "_processes", None) or {})  # pid -> Process, for exit codes
         reports: list[dict | None] = [None] * len(paths)
         try:
             for f in as_completed(futures):
                 reports[futures[f]] = f.result()
                 done(paths[futures[f]])
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        except BrokenProcessPool:
+            raise InputError(_dead_worker(workers, started, paths)) from None
+    except BaseException:
+        _kill_workers(pool)
+        raise
+    finally:
+        _on_sigterm(previous)
+        pool.shutdown(wait=True, cancel_futures=True)
     return reports  # type: ignore[return-value]
+
+
+class _Terminated(SystemExit):
+    """SIGTERM while workers run: unwinds through the pool cleanup, then exits 143 (128 + 15)."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated(128 + signal.SIGTERM)
+
+
+def _on_sigterm(handler):
+    """Install ``handler`` for SIGTERM (main thread only; elsewhere a no-op); return the previous one."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.kill()
+
+
+_STARTED = None  # in a pool worker: where it announces each job
+
+
+def _worker_init(started) -> None:
+    """Pool worker setup: remember the announcement queue, and exit when the parent is gone."""
+    global _STARTED
+    _STARTED = started
+    parent = os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int, every_s: float = 0.2) -> None:
+    """Exit this worker at once when its parent dies (even by SIGKILL): it is re-parented, so getppid changes."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
+
+
+def _pool_job(path: str, step_range: str | None, reader_threads: int) -> dict:
+    _STARTED.put((os.getpid(), path))
+    return analyze_job(path, step_range, reader_threads)
+
+
+def _dead_worker(workers: dict, started, paths: list[str]) -> str:
+    """The one-line message for a worker that died: the file it was analyzing and how it died."""
+    running = {}
+    while not started.empty():
+        pid, path = started.get()
+        running[pid] = path  # the last job each worker started
+    for proc in workers.values():
+        proc.join(timeout=1)
+    dead = [p for p in workers.values() if p.exitcode not in (None, 0, -signal.SIGTERM) and p.pid in running]
+    how = (f"was killed by signal {-dead[0].exitcode}" if dead and dead[0].exitcode < 0 else
+           f"exited with status {dead[0].exitcode}" if dead else "died")
+    path = running[dead[0].pid] if dead else next(iter(running.values()), paths[0])
+    return (f"{path}: the worker process analyzing it {how} (out of memory?); "
+            f"analyze it alone, or with fewer --jobs")
 
 
 def _on_dask(scheduler, paths: list[str], step_range: str | None, done: Callable[[str], None]) -> list[dict]:

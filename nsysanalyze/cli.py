@@ -1,6 +1,8 @@
 """Command line: a thin layer over :mod:`nsysanalyze.analysis` and the renderers.
 
 Exit codes: 0 success, 1 a ``compare --fail-on`` gate tripped, 2 bad input or usage.
+Only click is imported up front: the analysis (pandas, numpy, SQLAlchemy) and the renderers
+(rich, matplotlib) are imported by the commands that use them, so ``--help`` starts at once.
 """
 from __future__ import annotations
 
@@ -14,21 +16,14 @@ from pathlib import Path
 
 import click
 from click.utils import PacifyFlushWrapper
-from rich.console import Console
-from rich.text import Text
 
-from . import batch, ranks
-from .analysis import report as analyze
-from .analysis import run as run_analysis
+from . import batch
 from .errors import InputError
 from .outputs import atomic_output, check_output
-from .render import csv as csv_render
 from .render import json as json_render
-from .render import markdown as md_render
-from .render import ranks as ranks_render
 from .render.sanitize import markdown_text, printable
-from .render import terminal as term_render
-from .trace.open import stat_input
+from .steplimit import DEFAULT_MAX_STEPS, binned, capped
+from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 TABLE_FORMATS = click.Choice(["text", "json", "markdown", "csv"])
@@ -38,6 +33,20 @@ EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 def example_path() -> Path:
     """The real trace bundled with the package (made by this project's training_workloads)."""
     return Path(str(resources.files("nsysanalyze") / "data" / EXAMPLE_TRACE))
+
+
+def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
+    """The whole pipeline on one file (analysis.report, imported on use: the CLI starts without pandas)."""
+    from .analysis import report
+
+    return report(path, step_range)
+
+
+def run_analysis(path: str | os.PathLike, work, step_range: str | None):
+    """``work(Analysis)`` on one file (analysis.run: one-line errors naming the file)."""
+    from .analysis import run
+
+    return run(path, work, step_range)
 
 
 def reject_non_export(p: Path) -> None:
@@ -56,8 +65,9 @@ def reject_non_export(p: Path) -> None:
                          "(nsys export --type sqlite); compare, plot and report also read saved JSON reports")
 
 
-def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
-    """FILE arguments → SQLite files: a directory stands for the *.sqlite files inside it."""
+def expand_inputs(files: tuple[str, ...], example: bool, saved_reports: bool = False) -> list[Path]:
+    """FILE arguments → SQLite files: a directory stands for the *.sqlite files inside it; saved JSON
+    reports are accepted only with ``saved_reports`` (plot)."""
     paths = [example_path()] if example else []
     for f in files:
         p = Path(f)
@@ -72,24 +82,33 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
                 stat_input(q)  # a FIFO or device among them: refused now, never opened
             paths += inside
         else:
-            reject_non_export(p)
+            if not (saved_reports and p.suffix == ".json"):
+                reject_non_export(p)
             paths.append(p)
     if not paths:
         raise click.UsageError("give at least one nsys SQLite export (or --example)")
     return paths
 
 
-def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | None = None, details: bool = True,
-         per_rank: bool = False) -> None:
+def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: int = DEFAULT_MAX_STEPS,
+         top: int | None = None, details: bool = True, per_rank: bool = False) -> None:
     """Print the reports. With "ranks" in ``sections``, files form jobs (``ranks.jobs``); a job of several
     ranks (several files, or one file holding several processes/GPUs) is led by its cross-rank view
     (JSON: key "ranks", and "jobs" for several files), its per-rank reports follow only with ``per_rank``;
-    a file that belongs to no job is printed alone after its note."""
+    a file that belongs to no job is printed alone after its note. Text and markdown show at most
+    ``max_steps`` step rows per report (JSON and CSV: every step)."""
+    from . import ranks
+    from .render import csv as csv_render
+    from .render import markdown as md_render
+    from .render import ranks as ranks_render
+
     groups = ranks.jobs(reports) if "ranks" in sections else [{"traces": list(range(len(reports))), "note": None}]
     for job in groups:
         mine = [reports[i] for i in job["traces"]]
         several = len(mine) > 1 or ranks.rank_count(mine[0]) > 1
         job["view"] = ranks.cross_rank(mine) if "ranks" in sections and several else None
+    if fmt in ("text", "markdown"):
+        reports = [capped(r, max_steps) for r in reports]
     if fmt == "json":
         click.echo(json_render.render(json_doc(reports, groups)))
     elif fmt == "csv":
@@ -106,6 +125,10 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], top: int | No
             parts += [md_render.render(r, sections, top) for r in mine if job["view"] is None or per_rank]
         click.echo("\n\n".join(parts))
     else:
+        from rich.text import Text
+
+        from .render import terminal as term_render
+
         console = term_render.stdout_console()
         for n, job in enumerate(groups):
             mine, view = [reports[i] for i in job["traces"]], job["view"]
@@ -142,6 +165,7 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
     terminal and there is more than one file."""
     if len(paths) < 2 or not sys.stderr.isatty():
         return batch.analyze_many(paths, step_range, jobs, dask_address)
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("analyzing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -175,8 +199,24 @@ def check_step_range(reports: list[dict], step_range: str | None) -> list[dict]:
     return reports
 
 
+MAX_STEPS = click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True,
+                         help="Step rows shown in tables (first and last) and bars in charts (means of "
+                              "consecutive steps) beyond this many; JSON keeps every step.")
+
+
+def _set_nsys_timeout(ctx, param, value):
+    if value is not None:  # through the environment, so --jobs workers see it too
+        os.environ[NSYS_TIMEOUT_ENV] = repr(value)
+
+
+NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                            envvar=NSYS_TIMEOUT_ENV, callback=_set_nsys_timeout, expose_value=False,
+                            help=f"Longest a .nsys-rep export by nsys may take (default {NSYS_TIMEOUT_S:g}).")
+
+
 def common_options(f, formats=FORMATS):
-    f = STEP_RANGE(f)
+    f = MAX_STEPS(f)
+    f = NSYS_TIMEOUT(STEP_RANGE(f))
     f = click.option("--format", "fmt", type=formats, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
     return click.argument("files", nargs=-1)(f)
@@ -201,31 +241,34 @@ def cli():
               help="Analyze the exports on this Dask cluster instead (pip install 'nsysanalyze[dask]'; "
                    "the workers must see the files at the same paths).")
 @click.option("--top", type=click.IntRange(min=1), default=None, metavar="N", help="Show the first N findings only.")
-@click.option("--details", is_flag=True, help="Also print the summary, per-step and CPU sub-range tables.")
+@click.option("--details", is_flag=True, help="Also print the summary, per-step, CPU sub-range and idle-cause tables.")
 @click.option("--per-rank", is_flag=True, help="With several ranks: also each rank's own full output.")
-def diagnose(files, fmt, step_range, example, jobs, dask_address, top, details, per_rank):
+def diagnose(files, fmt, step_range, max_steps, example, jobs, dask_address, top, details, per_rank):
     """Headline and next step per GPU, ranked findings with fixes; tables with --details.
 
-    Several FILES (or a directory of them: one export per rank) are analyzed in parallel and led by
-    a cross-rank view: step time per rank, spread, slowest rank, NCCL imbalance, likely straggler.
-    A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
+    Several FILES (or a directory of them: one export per rank) are analyzed in parallel; files that
+    belong to one job are led by a cross-rank view: step time per rank, spread, slowest rank, NCCL
+    imbalance, likely straggler. A file holding several processes (torchrun under one nsys) gets the
+    same view, one rank per GPU.
     """
     reports = check_step_range(analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address), step_range)
-    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), top, details, per_rank)
+    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), max_steps, top, details, per_rank)
 
 
 @cli.command()
 @table_options
-def summary(files, fmt, step_range, example):
+def summary(files, fmt, step_range, max_steps, example):
     """Whole-capture metrics per device (and per-step medians)."""
-    emit(check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range), fmt, ("summary",))
+    reports = check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range)
+    emit(reports, fmt, ("summary",), max_steps)
 
 
 @cli.command()
 @table_options
-def steps(files, fmt, step_range, example):
+def steps(files, fmt, step_range, max_steps, example):
     """Per-step table: GPU window, idle, copies, NCCL, CPU sub-ranges."""
-    emit(check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range), fmt, ("steps",))
+    reports = check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range)
+    emit(reports, fmt, ("steps",), max_steps)
 
 
 FORCE = click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input file).")
@@ -277,7 +320,9 @@ def kernels_cmd(files, fmt, top, base, example, step_range):
 
     Names as `nsys stats -r cuda_gpu_kern_sum` shows them (demangled; --base for short names).
     """
+    from .render import csv as csv_render
     from .render import kernels as kernels_render
+    from .render import terminal as term_render
 
     docs = [run_analysis(p, lambda a: kernel_doc(a, base, top), step_range) for p in expand_inputs(files, example)]
     if fmt == "json":
@@ -294,26 +339,13 @@ def kernels_cmd(files, fmt, top, base, example, step_range):
 
 
 def load_report(path: str, step_range: str | None) -> dict:
-    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json)."""
+    """A report dict from an nsys export, or from a saved ``--format json`` report (*.json, checked)."""
     if not str(path).endswith(".json"):
         reject_non_export(Path(path))
         return check_step_range([analyze(path, step_range)], step_range)[0]
-    import json
+    from .saved_report import read_report
 
-    stat_input(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise InputError(f"{path}: not a JSON report ({e})") from None
-    if not isinstance(doc, dict) or not {"format_version", "trace", "summary", "steps", "findings"} <= doc.keys():
-        raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE)")
-    for d in doc["summary"]["devices"]:  # format 1 named the device "device"
-        if "deviceId" not in d and "device" in d:
-            d["deviceId"] = d.pop("device")
-    return doc
+    return read_report(path)
 
 
 def _gate_names_epilog() -> str:
@@ -327,7 +359,15 @@ def _gate_names_epilog() -> str:
             f"Gate metric names: {names}")
 
 
-@cli.command("compare", epilog=_gate_names_epilog())
+class GateNamesCommand(click.Command):
+    """A command whose epilog lists the gate metric names, built only when help is shown (imports pandas)."""
+
+    def format_epilog(self, ctx, formatter):
+        self.epilog = _gate_names_epilog()
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command("compare", cls=GateNamesCommand)
 @click.argument("base")
 @click.argument("new")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
@@ -336,9 +376,11 @@ def _gate_names_epilog() -> str:
               help="A gate on a metric not captured in a trace (null: n/a) does not fail the comparison.")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @STEP_RANGE
+@NSYS_TIMEOUT
 @click.pass_context
 def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
-    """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
+    """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, kernel movers,
+    findings.
 
     Exit status: 0 no gate tripped, 1 a gate tripped (or is n/a: its metric was not captured, unless
     --allow-missing), 2 bad input or a malformed gate.
@@ -360,6 +402,8 @@ def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
     elif fmt == "markdown":
         click.echo(compare_render.render_markdown(result), nl=False)
     else:
+        from .render import terminal as term_render
+
         compare_render.render_text(result, term_render.stdout_console())
     if result["tripped"]:
         ctx.exit(1)
@@ -372,7 +416,9 @@ def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
               help="Name of each FILE's panel, in order (repeat once per file: --label before --label after).")
 @FORCE
 @STEP_RANGE
-def plot_cmd(files, out, labels, force, step_range):
+@MAX_STEPS
+@NSYS_TIMEOUT
+def plot_cmd(files, out, labels, force, step_range, max_steps):
     """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms), the
     median step as a dashed line; segments too small to see get a line in their colour.
 
@@ -383,11 +429,11 @@ def plot_cmd(files, out, labels, force, step_range):
 
     if not out.lower().endswith(plot.FORMATS):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
-    paths = expand_inputs(files, False)
+    paths = expand_inputs(files, False, saved_reports=True)
     if labels and len(labels) != len(paths):
         raise click.UsageError(f"--label given {len(labels)} time(s) for {len(paths)} file(s): give one per file")
     target = check_output(out, paths, force)
-    reports = [load_report(str(p), step_range) for p in paths]
+    reports = [binned(load_report(str(p), step_range), max_steps) for p in paths]
     with atomic_output(target) as tmp:
         plot.save(reports, tmp, list(labels) or None)
     click.echo(f"wrote {out}")
@@ -399,9 +445,12 @@ def plot_cmd(files, out, labels, force, step_range):
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
 @FORCE
 @STEP_RANGE
-def report_cmd(files, baseline, out, force, step_range):
+@MAX_STEPS
+@NSYS_TIMEOUT
+def report_cmd(files, baseline, out, force, step_range, max_steps):
     """One self-contained HTML page: verdict, findings, a timeline of one steady step, per-step chart,
     comparison, tables. Several FILEs (ranks of one job) give one page led by the cross-rank view."""
+    from . import ranks
     from .compare import compare
     from .render import html as html_render
     from .render import plot
@@ -411,12 +460,14 @@ def report_cmd(files, baseline, out, force, step_range):
     timelines = [step_timeline_of(f, r, step_range) for f, r in zip(files, reports)]
     if len(reports) == 1:
         base = load_report(baseline, step_range) if baseline else None
-        chart = plot.svg([base, reports[0]] if base else reports)
-        page = html_render.render(reports[0], chart, compare(base, reports[0]) if base else None, timelines[0])
+        chart = plot.svg([binned(r, max_steps) for r in ([base, reports[0]] if base else reports)])
+        page = html_render.render(capped(reports[0], max_steps), chart, compare(base, reports[0]) if base else None,
+                                  timelines[0])
     else:
         if baseline:
             raise click.UsageError("--baseline compares one FILE with BASE; give one FILE")
-        page = html_render.render_ranks(reports, ranks.cross_rank(reports), [plot.svg([r]) for r in reports], timelines)
+        page = html_render.render_ranks([capped(r, max_steps) for r in reports], ranks.cross_rank(reports),
+                                        [plot.svg([binned(r, max_steps)]) for r in reports], timelines)
     with atomic_output(target) as tmp:
         tmp.write_text(page, encoding="utf-8")
     click.echo(f"wrote {out}")

@@ -29,6 +29,8 @@ KERNEL_CLUES = [  # (framework, SQL LIKE pattern on the string table; '_' matche
     ("openmp", "%__omp_offloading_%"),
     ("openmp", "nvkernel_%"),
     ("jax", "%xla::%"),
+    ("jax", "loop_%_fusion%"),    # XLA:GPU kernel names (loop_add_fusion, input_reduce_fusion)
+    ("jax", "input_%_fusion%"),
 ]
 PYTHON = re.compile(r"(^|[/\s])(python[\d.]*|ipython|jupyter\S*|torchrun|accelerate|deepspeed)(\s|$)", re.IGNORECASE)
 MPI = re.compile(r"(^|[/\s])(mpirun|mpiexec|srun|orterun|prterun|jsrun|aprun)(\s|$)", re.IGNORECASE)

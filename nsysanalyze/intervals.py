@@ -12,11 +12,28 @@ import pandas as pd
 
 
 BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporaries, not a loop per event
+# Many groups (devices, threads, processes) are measured in one vectorized pass by laying them side by
+# side on one time axis: lane j is shifted by j x stride, stride > the whole time span, so no interval
+# or window reaches another lane's. Shifted times stay below this bound (int64 headroom).
+STACK_LIMIT = 1 << 62
+
+
+def lanes_per_batch(stride: int, top: int = 0) -> int:
+    """How many lanes ``stride`` ns wide fit side by side (shifted times stay below STACK_LIMIT when the
+    unshifted ones are at most ``top``); at least one."""
+    return max(1, (STACK_LIMIT - max(top, 0)) // stride)
 
 
 def is_sorted(x: np.ndarray) -> bool:
     """Whether ``x`` is non-decreasing (O(n), no copy of ``x``)."""
     return x.size < 2 or bool(np.all(x[1:] >= x[:-1]))
+
+
+def unique_sorted(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``x``: a sort and a neighbour compare (numpy 2's hashing np.unique is
+    several times slower on millions of int64 timestamps)."""
+    s = np.sort(x)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,6 +58,8 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new = np.empty(starts.size, dtype=bool)
     new[0] = True
     np.greater(starts[1:], running_end[:-1], out=new[1:])
+    if new.all():  # already sorted and disjoint (one stream's kernels): the input is its own union, no copy
+        return starts, ends
     first = np.flatnonzero(new)
     del new
     last = np.append(first[1:], starts.size)
@@ -53,7 +72,8 @@ class Coverage:
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray):
         self.starts, self.ends = union(starts, ends)
-        self._cum = np.concatenate(([0], np.cumsum(self.ends - self.starts)))
+        self._cum = np.zeros(self.starts.size + 1, dtype=np.int64)
+        np.cumsum(self.ends - self.starts, out=self._cum[1:])
 
     @classmethod
     def of(cls, *parts: "Coverage") -> "Coverage":
@@ -126,7 +146,8 @@ def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.n
     if not is_sorted(t):
         order = np.argsort(t, kind="stable")
         t, v = t[order], v[order]
-    cum = np.concatenate(([0], np.cumsum(v)))
+    cum = np.zeros(v.size + 1, dtype=np.result_type(v.dtype, np.int64))
+    np.cumsum(v, out=cum[1:])
     return cum[np.searchsorted(t, b, side="left")] - cum[np.searchsorted(t, a, side="left")]
 
 

@@ -36,7 +36,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, sum_in_windows
+from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
+                        lanes_per_batch, sum_in_windows)
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -83,45 +84,69 @@ def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFra
     name_ids = runtime["nameId"].to_numpy()
     code = np.full(len(runtime), -1, dtype=np.int8)
     if ids.size and len(runtime):
-        pos = np.minimum(np.searchsorted(ids, name_ids), ids.size - 1)
-        hit = ids[pos] == name_ids
-        code[hit] = codes[pos[hit]]
+        lo, hi = int(name_ids.min()), int(name_ids.max())
+        if 0 <= lo and hi < 1 << 24:  # StringIds ids: a lookup table, no per-call index arrays
+            table = np.full(max(hi, int(ids.max())) + 1, -1, dtype=np.int8)
+            table[ids] = codes
+            code = table[name_ids]
+        else:
+            pos = np.minimum(np.searchsorted(ids, name_ids), ids.size - 1)
+            hit = ids[pos] == name_ids
+            code[hit] = codes[pos[hit]]
     keep = code >= 0
     out = runtime if keep.all() else runtime[keep]
     return out.assign(api=pd.Categorical.from_codes(code[keep], categories=labels)).reset_index(drop=True)
 
 
-def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray,
-                 columns: dict[str, tuple[np.ndarray | None, np.ndarray | None]]) -> dict[str, np.ndarray]:
-    """Per window row, for each name -> (event mask or None, values or None): the sum of the values
-    (the count when None) over the selected events starting in the window's CPU range
-    [cpu_start, cpu_end), on the window's thread (globalTid) or, for globalTid -1, anywhere in its process.
-    Events are taken a block at a time (the sums add up), which bounds the temporaries."""
+def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 codes: np.ndarray | None, columns: dict[str, tuple[int | None, bool]]) -> dict[str, np.ndarray]:
+    """Per window row, for each name -> (code or None, durations): over the events (with ``codes`` equal to
+    code; all events for None) starting in the window's CPU range [cpu_start, cpu_end), on the window's
+    thread (globalTid) or, for globalTid -1, anywhere in its process: their count, or with ``durations``
+    the sum of their end - start (ns).
+
+    Vectorized over windows: each thread (or process) is a lane of its own on one time axis (see
+    intervals.STACK_LIMIT), so one sorted pass counts every window. Events are taken a block at a
+    time (the sums add up; masks and durations exist only per block).
+    """
     out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
     if len(tids) == 0 or windows.empty:
         return out
     cpu_start, cpu_end = windows["cpu_start"].to_numpy(), windows["cpu_end"].to_numpy()
-    groups = windows.groupby(["globalTid", "globalPid"]).indices.items()
-    for lo in range(0, len(tids), BLOCK):
-        block = slice(lo, lo + BLOCK)
-        block_tids = tids[block]
-        block_pids = pid_of(block_tids)
-        for (tid, pid), idx in groups:
-            mine = block_pids == pid if tid < 0 else block_tids == tid
-            if not mine.any():
-                continue
-            a, b = cpu_start[idx], cpu_end[idx]
-            for name, (mask, values) in columns.items():
-                sel = np.flatnonzero(mine if mask is None else mine & mask[block])
-                out[name][idx] += (count_in_windows(starts[block][sel], a, b) if values is None
-                                   else sum_in_windows(starts[block][sel], values[block][sel], a, b))
+    w_tid, w_pid = windows["globalTid"].to_numpy(), windows["globalPid"].to_numpy()
+    for by_thread in (True, False):
+        rows = np.flatnonzero((w_tid >= 0) == by_thread)
+        if rows.size == 0:
+            continue
+        lanes, w_lane = np.unique((w_tid if by_thread else w_pid)[rows], return_inverse=True)
+        lo = min(int(starts.min()), int(cpu_start[rows].min()))
+        stride = max(int(starts.max()), int(cpu_end[rows].max())) - lo + 1
+        per_batch = lanes_per_batch(stride)
+        for first in range(0, lanes.size, per_batch):
+            mine = (w_lane >= first) & (w_lane < first + per_batch)
+            w_rows, shift = rows[mine], (w_lane[mine] - first) * stride - lo
+            a, b = cpu_start[w_rows] + shift, cpu_end[w_rows] + shift
+            batch = lanes[first:first + per_batch]
+            for lo_e in range(0, len(tids), BLOCK):
+                block = slice(lo_e, lo_e + BLOCK)
+                key = tids[block] if by_thread else pid_of(tids[block])
+                lane = np.minimum(np.searchsorted(batch, key), batch.size - 1)
+                take = np.flatnonzero(batch[lane] == key)
+                t = starts[block][take] + (lane[take] * stride - lo)
+                if not is_sorted(t):
+                    order = np.argsort(t, kind="stable")
+                    t, take = t[order], take[order]
+                code = None if codes is None else codes[block][take]
+                dur = None
+                for name, (want, durations) in columns.items():
+                    picked = slice(None) if want is None else code == want
+                    if not durations:
+                        out[name][w_rows] += count_in_windows(t[picked], a, b)
+                        continue
+                    if dur is None:
+                        dur = ends[block][take] - starts[block][take]
+                    out[name][w_rows] += sum_in_windows(t[picked], dur[picked], a, b)
     return out
-
-
-def _coverage(frame: pd.DataFrame, mask: np.ndarray | None = None) -> Coverage:
-    if mask is None:
-        return Coverage(frame["start"].to_numpy(), frame["end"].to_numpy())
-    return Coverage(frame["start"].to_numpy()[mask], frame["end"].to_numpy()[mask])
 
 
 EMPTY = Coverage(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
@@ -147,6 +172,15 @@ def _masked(cov: Coverage, starts: np.ndarray, ends: np.ndarray, mask: np.ndarra
     return cov if n == mask.size else EMPTY if n == 0 else Coverage(starts[mask], ends[mask])
 
 
+def _side_by_side(parts: list[dict[str, np.ndarray]], stride: int) -> dict[str, np.ndarray]:
+    """Per-device column dicts as one, device j's start/end shifted by j * stride (rows sorted by start
+    per device stay sorted)."""
+    if len(parts) == 1:
+        return parts[0]
+    return {c: np.concatenate([p[c] + j * stride if c in ("start", "end") else p[c] for j, p in enumerate(parts)])
+            for c in parts[0]}
+
+
 def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
                 nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str] | None = None) -> pd.DataFrame:
     """GPU-side metrics per window row (same index as ``windows``); see the module docstring.
@@ -157,9 +191,19 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
         m_rows = _by_device(memcpys, ["start", "end", "bytes", "copyKind", "srcKind", "dstKind"])
         s_rows = _by_device(memsets, ["start", "end"])
         w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
-        for key, idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
-            cols = _device_metrics(w_start[idx], w_end[idx], k_rows(key), m_rows(key), s_rows(key), nccl_name_ids,
-                                   nccl_kinds or {})
+        frames = [f for f in (kernels, memcpys, memsets) if len(f)]
+        lo = min([int(w_start.min())] + [int(f["start"].min()) for f in frames])
+        hi = max([int(w_end.max())] + [int(f["end"].max()) for f in frames])
+        stride = hi - lo + 1
+        per_batch = lanes_per_batch(stride, hi)
+        groups = list(windows.groupby(["globalPid", "deviceId"]).indices.items())
+        for first in range(0, len(groups), per_batch):
+            batch = groups[first:first + per_batch]
+            idx = np.concatenate([i for _, i in batch])
+            shift = np.repeat(np.arange(len(batch), dtype=np.int64) * stride, [len(i) for _, i in batch])
+            cols = _device_metrics(w_start[idx] + shift, w_end[idx] + shift,
+                                   *(_side_by_side([rows(key) for key, _ in batch], stride) for rows in (k_rows, m_rows, s_rows)),
+                                   nccl_name_ids, nccl_kinds or {})
             for name, values in cols.items():
                 out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
     frame = pd.DataFrame(out, index=windows.index) if out else pd.DataFrame(index=windows.index)
@@ -261,17 +305,17 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataF
     out = pd.DataFrame(index=windows.index)
     out["cpu_ns"] = (windows["cpu_end"] - windows["cpu_start"]).to_numpy()
     api = pd.Categorical(api_calls["api"])
-    dur = (api_calls["end"] - api_calls["start"]).to_numpy()
     columns = {}
     for name in API_PATTERNS:
-        mask = api.codes == (api.categories.get_loc(name) if name in api.categories else -2)
-        columns[f"{name}_calls"] = (mask, None)
-        columns[f"{name}_ns"] = (mask, dur)
-    sums = _window_sums(windows, api_calls["globalTid"].to_numpy(), api_calls["start"].to_numpy(), columns)
+        code = api.categories.get_loc(name) if name in api.categories else -2
+        columns[f"{name}_calls"] = (code, False)
+        columns[f"{name}_ns"] = (code, True)
+    sums = _window_sums(windows, api_calls["globalTid"].to_numpy(), api_calls["start"].to_numpy(),
+                        api_calls["end"].to_numpy(), api.codes, columns)
     for name, values in sums.items():
         out[name] = values
-    mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(),
-                      {"munmap_count": (None, None), "munmap_ns": (None, (munmap["end"] - munmap["start"]).to_numpy())})
+    mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(), munmap["end"].to_numpy(),
+                      None, {"munmap_count": (None, False), "munmap_ns": (None, True)})
     out["munmap_count"] = mm["munmap_count"]
     out["munmap_ns"] = mm["munmap_ns"]
     out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, busy_by_device)
@@ -285,14 +329,18 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
     if munmap.empty:
         return out
     mm_tid = munmap["globalTid"].to_numpy()
+    starts, ends = munmap["start"].to_numpy(), munmap["end"].to_numpy()
+    by_thread, by_process = dict(group_indices(mm_tid)), dict(group_indices(pid_of(mm_tid)))  # grouped once
+    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
     for (pid, dev, tid), idx in windows.groupby(["globalPid", "deviceId", "globalTid"]).indices.items():
-        mine = pid_of(mm_tid) == pid if tid < 0 else mm_tid == tid
+        key = (pid,) if tid < 0 else (tid,)
+        groups = by_process if tid < 0 else by_thread
         busy = busy_by_device.get((pid, dev))
-        if busy is None or not mine.any():
+        if busy is None or key not in groups:
             continue
-        mm = _coverage(munmap, mine)
-        a = windows["window_start"].to_numpy()[idx]
-        b = windows["window_end"].to_numpy()[idx]
+        rows = groups[key]
+        mm = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
+        a, b = w_start[idx], w_end[idx]
         out[idx] = mm.within(a, b) - intersection_within(mm, busy, a, b)  # |munmap - busy|
     return out
 
@@ -303,6 +351,22 @@ def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.Data
     keys = sorted({key for f in (kernels, memcpys, memsets) if len(f)
                    for key, _ in group_indices(f["globalPid"].to_numpy(), f["deviceId"].to_numpy())})
     return {key: Coverage.of(*[Coverage(r["start"], r["end"]) for r in (rows(key) for rows in parts)]) for key in keys}
+
+
+def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.DataFrame:
+    """Per (globalPid, deviceId) with HtoD copies: htod_on_kernel_streams_fraction, the share of its HtoD
+    copies issued on a stream of that device that also runs kernels (kernels need streamId)."""
+    cols = ["globalPid", "deviceId", "streamId"]
+    htod = memcpys.loc[memcpys["copyKind"].to_numpy() == COPY_HTOD, cols].astype(np.int64)
+    if htod.empty:
+        return pd.DataFrame({"globalPid": [], "deviceId": [], "htod_on_kernel_streams_fraction": []})
+    stream = kernels["streamId"].to_numpy()
+    used = [(pid, dev, s) for (pid, dev), idx in
+            group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy())
+            for s in pd.unique(stream if idx is None else stream[idx]).tolist()]  # streams per device: hashed, no copy
+    on_kernel_stream = pd.MultiIndex.from_frame(htod).isin(pd.MultiIndex.from_tuples(used, names=cols))
+    frac = pd.Series(on_kernel_stream, dtype=float).groupby([htod["globalPid"].to_numpy(), htod["deviceId"].to_numpy()]).mean()
+    return frac.rename_axis(["globalPid", "deviceId"]).rename("htod_on_kernel_streams_fraction").reset_index()
 
 
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:

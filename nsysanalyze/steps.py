@@ -31,12 +31,14 @@ before it is not in the capture (capture start also perturbs it), so step median
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within
+from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, lanes_per_batch
 from .trace.tables import pid_of
 
 DIGITS = re.compile(r"\d+")
@@ -155,6 +157,43 @@ def find_steps(nvtx: pd.DataFrame, pattern: str | None = None) -> tuple[pd.DataF
     return family_ranges(nvtx, family), family
 
 
+@dataclass
+class StepChoice:
+    """How the steps were found: NVTX step rows (empty when inferred), their GPU windows, a label,
+    the source ('nvtx', 'inferred' or None) and the NVTX families rejected as not loop iterations."""
+
+    ranges: pd.DataFrame
+    windows: pd.DataFrame
+    label: str | None
+    source: str | None
+    rejected: list[str]
+
+
+def choose_steps(nvtx: pd.DataFrame, pattern: str | None, candidates: list[str],
+                 project: Callable[[pd.DataFrame], pd.DataFrame], kernels: Callable[[], pd.DataFrame]) -> StepChoice:
+    """The steps: ``pattern``'s ranges (find_steps); else the first candidate family whose projected steps
+    look like loop iterations (is_loop_iteration); else steps inferred from the repeating kernel sequence
+    (inferred_steps); else none. ``project`` maps step rows to GPU windows; ``kernels()`` gives the kernels
+    (start, end, deviceId, globalPid, nameId)."""
+    rejected: list[str] = []
+    if pattern is not None:
+        ranges, label = find_steps(nvtx, pattern)
+        return StepChoice(ranges, project(ranges), label, "nvtx", rejected)
+    for family in candidates:
+        ranges = family_ranges(nvtx, family)
+        windows = project(ranges)
+        if is_loop_iteration(windows, kernels()):
+            return StepChoice(ranges, windows, family, "nvtx", rejected)
+        rejected.append(family)
+    inferred = inferred_steps(kernels())
+    empty = pd.DataFrame(columns=STEP_COLUMNS)
+    if inferred.empty:
+        return StepChoice(empty, project(empty), None, None, rejected)
+    period = int(inferred["period_kernels"].iloc[0])
+    return StepChoice(empty, inferred.drop(columns="period_kernels"), f"kernel sequence (period {period} kernels)",
+                      "inferred", rejected)
+
+
 # ---- steps from the GPU work itself ---------------------------------------------------
 PERIOD_TOLERANCE = 0.1   # spread (max - min) of an anchor kernel's spacing, as a share of its median
 MIN_REPEATS = 3          # occurrences of an anchor kernel (two full periods)
@@ -164,13 +203,15 @@ BUSY_SHARE = 0.5         # without a period: step ranges' GPU spans hold this sh
 
 
 def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[int, np.ndarray] | None:
-    """Period of one device's repeating kernel sequence: (kernels per iteration, start times ns of the
-    anchor kernel's occurrences), or None when the sequence does not repeat.
+    """Period of one device's repeating kernel sequence: (kernels per iteration, iteration boundaries ns —
+    the end of the GPU work before each occurrence of the anchor kernel, i.e. where the GPU finished the
+    previous iteration), or None when the sequence does not repeat.
 
     A name is an anchor when it occurs at least MIN_REPEATS times at a regular spacing (in kernels:
     max - min within PERIOD_TOLERANCE of the median) spanning at least MIN_SPAN of the sequence.
-    The period is the longest such spacing (the outermost loop); among anchors with that spacing,
-    the one preceded by the longest GPU idle (the loop's natural boundary, e.g. the batch load) wins.
+    The period is the longest such spacing (the outermost loop). Iterations start at the kernel, at a fixed
+    offset from the anchor's occurrences, preceded by the longest median GPU idle (the loop's natural
+    boundary, e.g. waiting for the batch load).
     """
     order = np.argsort(starts, kind="stable")
     seq, t0, t1 = name_ids[order], starts[order], ends[order]
@@ -187,19 +228,27 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
                   & (stats["median"] * (stats["size"] + 1) >= MIN_SPAN * n)]
     if stats.empty:
         return None
-    period = stats["median"].max()
-    anchors = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()
+    period = int(round(stats["median"].max()))
+    anchor = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()[0]
+    # the iteration boundary: the kernel at the phase (offset from the anchor) with the longest median idle
+    # before it — where the loop waits for its next input, whichever kernel starts the iteration
     idle_before = np.concatenate(([0], t0[1:] - np.maximum.accumulate(t1)[:-1]))
-    is_anchor = np.isin(seq, anchors)
-    lead = pd.Series(idle_before[is_anchor]).groupby(seq[is_anchor]).median()
-    best = lead.idxmax()
-    return int(round(period)), t0[seq == best]
+    at = np.flatnonzero(seq == anchor)
+    pos = at[:, None] + np.arange(period)[None, :]
+    valid = pos < n
+    lead = np.where(valid, idle_before[np.minimum(pos, n - 1)], -1)
+    phase = int(np.argmax(np.median(lead[valid.all(axis=1)], axis=0) if valid.all(axis=1).any() else lead[0]))
+    first = np.concatenate(([at[0] + phase - period], at + phase))  # one more boundary before the first anchor
+    first = first[(first >= 0) & (first < n)]
+    done_before = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))  # GPU completion before each kernel
+    return period, np.minimum(done_before[first], t0[first])
 
 
 def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     """Steps inferred from each device's repeating kernel sequence (see :func:`kernel_period`): one window
-    per period, [anchor kernel start, next anchor start); columns as :func:`project_steps` plus
-    ``period_kernels``. CPU range = the window (every thread of the process)."""
+    per period, from one iteration boundary to the next (completion to completion, as NVTX steps; the
+    GPU idle before an iteration's first kernel is that iteration's); columns as :func:`project_steps`
+    plus ``period_kernels``. CPU range = the window (every thread of the process)."""
     cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels"]
     rows = []
     for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
@@ -209,9 +258,10 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
             continue
         period, marks = found
         a, b = marks[:-1], marks[1:]
+        closed = a > k["start"].min()  # a window opening at the capture's first kernel misses its wait: open
         rows.append(pd.DataFrame({"globalPid": pid, "globalTid": -1, "step": np.arange(a.size), "name": "",
                                   "cpu_start": a, "cpu_end": b, "deviceId": dev, "gpu_start": a, "gpu_end": b,
-                                  "window_start": a, "window_end": b, "closed": True, "period_kernels": period}))
+                                  "window_start": a, "window_end": b, "closed": closed, "period_kernels": period}))
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
@@ -244,17 +294,34 @@ def is_loop_iteration(windows: pd.DataFrame, kernels: pd.DataFrame) -> bool:
 def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame, key: str = "globalTid") -> np.ndarray:
     """Index into ``ranges`` (rows with ``key``, cpu_start, cpu_end) of the range with the same key
     (thread, or process for key="globalPid" with ``tids`` holding globalPids) holding each time,
-    or -1. Ranges of one key must not overlap."""
+    or -1. Ranges of one key must not overlap.
+
+    One sorted lookup for all keys: each key is a lane of its own on one time axis (see
+    intervals.STACK_LIMIT), so the cost does not grow with the number of threads or processes.
+    """
     out = np.full(times.shape, -1, dtype=np.int64)
-    for tid, group in ranges.groupby(key):
-        group = group.sort_values("cpu_start")
-        starts, ends, labels = group["cpu_start"].to_numpy(), group["cpu_end"].to_numpy(), group.index.to_numpy()
-        for lo in range(0, times.size, BLOCK):
-            on_thread = np.flatnonzero(tids[lo:lo + BLOCK] == tid)
-            t = times[lo:lo + BLOCK][on_thread]
+    if ranges.empty or times.size == 0:
+        return out
+    lanes, r_lane = np.unique(ranges[key].to_numpy(), return_inverse=True)
+    r_start, r_end = ranges["cpu_start"].to_numpy(), ranges["cpu_end"].to_numpy()
+    lo = min(int(times.min()), int(r_start.min()))
+    stride = max(int(times.max()), int(r_end.max())) - lo + 1
+    per_batch = lanes_per_batch(stride)
+    for first in range(0, lanes.size, per_batch):
+        sel = np.flatnonzero((r_lane >= first) & (r_lane < first + per_batch))
+        shift = (r_lane[sel] - first) * stride - lo
+        order = np.argsort(r_start[sel] + shift, kind="stable")
+        sel, shift = sel[order], shift[order]
+        starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
+        batch = lanes[first:first + per_batch]
+        for lo_t in range(0, times.size, BLOCK):
+            key_t = tids[lo_t:lo_t + BLOCK]
+            lane = np.minimum(np.searchsorted(batch, key_t), batch.size - 1)
+            on = np.flatnonzero(batch[lane] == key_t)
+            t = times[lo_t:lo_t + BLOCK][on] + (lane[on] * stride - lo)
             k = np.searchsorted(starts, t, side="right") - 1
             inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
-            out[lo + on_thread[inside]] = labels[k[inside]]
+            out[lo_t + on[inside]] = labels[k[inside]]
     return out
 
 
@@ -301,9 +368,10 @@ def _calls_by_process(runtime: Frames, steps: pd.DataFrame | None) -> dict[int, 
             step = np.broadcast_to(np.int64(-1), tid.shape)
         else:
             start = part["start"].to_numpy()
-            step = np.concatenate([_assign_to_ranges(pid_of(tid[lo:lo + BLOCK]), start[lo:lo + BLOCK], steps,
-                                                     key="globalPid").astype(np.int32)
-                                   for lo in range(0, tid.size, BLOCK)])  # step rows fit int32: half the memory
+            step = np.empty(tid.size, dtype=np.int32)  # step rows fit int32: half the memory
+            for lo in range(0, tid.size, BLOCK):
+                step[lo:lo + BLOCK] = _assign_to_ranges(pid_of(tid[lo:lo + BLOCK]), start[lo:lo + BLOCK], steps,
+                                                        key="globalPid")
         for pid, idx in _by_process(tid, of_tid=True):
             c, st = (corr, step) if idx is None else (corr[idx], step[idx])
             out.setdefault(pid, []).append(_first_call_steps(c, st))
@@ -447,24 +515,29 @@ def subranges(nvtx: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
     One row per (globalPid, step, name): ns (summed durations), count, share (of the step's CPU time);
     numbered sub-ranges are grouped by family (``IO 12``, ``IO 13`` -> one ``IO {n}`` row).
+    Groups are formed on integer codes (step row x name code), so millions of ranges cost a few arrays.
     """
     cols = ["globalPid", "step", "name", "ns", "count", "share"]
     if steps.empty or nvtx.empty:
         return pd.DataFrame(columns=cols)
-    owner = _assign_to_ranges(nvtx["globalTid"].to_numpy(), nvtx["start"].to_numpy(), steps)
-    inside = owner >= 0
-    rows = nvtx[inside].assign(owner=owner[inside])
-    host = steps.loc[rows["owner"]].reset_index(drop=True)
-    rows = rows.reset_index(drop=True)
-    nested = (rows["end"].to_numpy() <= host["cpu_end"].to_numpy()) & ~(
-        (rows["start"].to_numpy() == host["cpu_start"].to_numpy()) & (rows["end"].to_numpy() == host["cpu_end"].to_numpy())
-    )
-    rows, host = rows[nested], host[nested]
-    rows = rows.assign(globalPid=host["globalPid"].to_numpy(), step=host["step"].to_numpy(),
-                       ns=(rows["end"] - rows["start"]).to_numpy(),
-                       step_ns=(host["cpu_end"] - host["cpu_start"]).to_numpy())
-    rows = rows.assign(name=group_name(rows["name"]))
-    out = rows.groupby(["globalPid", "step", "name"], sort=False).agg(
-        ns=("ns", "sum"), count=("ns", "size"), step_ns=("step_ns", "first")).reset_index()
-    out["share"] = out["ns"] / out["step_ns"].where(out["step_ns"] > 0)
-    return out[cols].sort_values(["globalPid", "step", "ns"], ascending=[True, True, False]).reset_index(drop=True)
+    start, end = nvtx["start"].to_numpy(), nvtx["end"].to_numpy()
+    owner = _assign_to_ranges(nvtx["globalTid"].to_numpy(), start, steps)
+    pos = steps.index.get_indexer(owner[owner >= 0])  # step label -> row position
+    rows = np.flatnonzero(owner >= 0)
+    del owner
+    s_start, s_end = steps["cpu_start"].to_numpy()[pos], steps["cpu_end"].to_numpy()[pos]
+    nested = (end[rows] <= s_end) & ~((start[rows] == s_start) & (end[rows] == s_end))
+    rows, pos, step_ns = rows[nested], pos[nested], (s_end - s_start)[nested]
+    del s_start, s_end, nested
+    name_code, names = pd.factorize(group_name(pd.Series(nvtx["name"].to_numpy()[rows])).to_numpy())
+    group, keys = pd.factorize(pos * np.int64(max(len(names), 1)) + name_code)  # groups in order of appearance
+    count = np.bincount(group, minlength=len(keys))
+    dur = (end[rows] - start[rows])[np.argsort(group, kind="stable")]
+    ns = np.add.reduceat(dur, np.cumsum(count) - count) if len(keys) else dur
+    g_pos = keys // max(len(names), 1)
+    g_step_ns = np.zeros(len(keys), dtype=np.int64)
+    g_step_ns[group] = step_ns
+    out = pd.DataFrame({"globalPid": steps["globalPid"].to_numpy()[g_pos], "step": steps["step"].to_numpy()[g_pos],
+                        "name": pd.array(np.asarray(names, dtype=object)[keys % max(len(names), 1)], dtype=str),
+                        "ns": ns, "count": count, "share": ns / np.where(g_step_ns > 0, g_step_ns, np.nan)})
+    return out.sort_values(["globalPid", "step", "ns"], ascending=[True, True, False]).reset_index(drop=True)

@@ -4,6 +4,7 @@ for a program that is not PyTorch."""
 import pytest
 
 import nsysanalyze
+from nsysanalyze.analysis import report as analyze_file
 
 from conftest import shared_trace
 
@@ -26,7 +27,7 @@ FRAMEWORK = {
 
 
 def report(name):
-    return nsysanalyze.analysis.report(shared_trace(f"public/{name}"))
+    return analyze_file(shared_trace(f"public/{name}"))
 
 
 @pytest.mark.parametrize("name", sorted(FRAMEWORK))
@@ -55,9 +56,10 @@ def test_pipeline_parallel_sendrecv_is_named_and_gets_no_ddp_advice():
 
 
 def test_power_iteration_idle_is_blamed_on_its_io_range():
+    """36% GPU idle: after each step's host syncs the host works in its 'IO N' ranges while the GPU waits."""
     d = report("nsightful__power_iteration__baseline.sqlite")
     top = d["findings"][0]
-    assert top["rule"] == "gpu-idle-unexplained" and "IO {n}" in top["title"]
+    assert top["rule"] == "host-sync" and "'IO {n}'" in top["title"]
     assert any(s["name"] == "IO {n}" for s in d["subranges"])  # numbered sub-ranges grouped by family
 
 
@@ -71,3 +73,14 @@ def test_cloverleaf_gets_no_python_nvtx_note():
 def test_layer_and_op_ranges_are_not_steps(name):
     d = report(name)
     assert d["trace"]["step_source"] != "nvtx"
+
+
+def test_steps_inferred_without_nvtx_give_the_nvtx_twins_verdict():
+    """The ResNet-18 baseline captured without NVTX: steps come from the kernel sequence (389 kernels per step,
+    split where the GPU waits for the next batch) and the verdict is the NVTX capture's."""
+    d = analyze_file(shared_trace("h200/resnet18-baseline-cudaonly.sqlite"))
+    assert d["trace"]["step_family"] == "kernel sequence (period 389 kernels)"
+    top = d["findings"][0]
+    assert top["rule"] == "dataloader-workers" and top["evidence"]["top_cause_kind"] == "untraced"
+    pin = next(f for f in d["findings"] if f["rule"] == "pin-memory")
+    assert pin["evidence"]["htod_pageable_bytes"] == 201326592 + 512  # one batch (64x3x512x512 fp32) + its labels per step

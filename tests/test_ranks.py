@@ -66,9 +66,8 @@ def test_jobs_one_and_parallel_give_the_same_reports(rank_dir):
     assert batch.analyze_many(paths, None, jobs=1) == batch.analyze_many(paths, None, jobs=2)
 
 
-def test_no_straggler_below_the_threshold_in_a_two_process_file():
-    """Steps inferred from the kernel sequence: per-step NCCL differs by 0.31 ms of a 19.2 ms step (1.6%),
-    under the 2% straggler threshold."""
+def test_ranks_of_a_two_process_file():
+    """Steps inferred from each GPU's kernel sequence (a pipeline-parallel run: rank 0 waits less in NCCL)."""
     r = report(TWO_PROCESSES)
     view = ranks.cross_rank([r])
     assert [x["label"] for x in view["ranks"]] == ["pid 148 GPU 0", "pid 149 GPU 1"]
@@ -76,7 +75,7 @@ def test_no_straggler_below_the_threshold_in_a_two_process_file():
     assert s["ranks"] == 2 and s["scope"] == "step median"
     nccl = {x["rank"]: x["nccl_ns"] for x in view["ranks"]}
     assert nccl[0] < nccl[1]
-    assert s["least_nccl_rank"] == 0 and s.get("likely_straggler") is None
+    assert s["least_nccl_rank"] == 0 and s["steps_compared"] == 14
     assert s["nccl_imbalance_ns"] == nccl[1] - nccl[0]
     assert s["aligned"]  # one file: one session start, offsets from the first GPU activity of each process
 
@@ -111,7 +110,8 @@ def test_slowest_rank_and_per_step_spread_from_real_reports():
 
 def test_text_and_markdown_renderings(rank_dir):
     rc, out = run_cli("diagnose", "--format", "markdown", str(shared_trace(TWO_PROCESSES)))
-    assert rc == 0 and "## Ranks" in out and "Likely straggler" not in out
+    # a 0.8 ms spread while each rank's steps vary by ~1 ms (3x MAD = 3.2 ms): nobody is named slowest
+    assert rc == 0 and "## Ranks" in out and "No straggler" in out and "slowest most often" not in out
     rc, out = run_cli("diagnose", str(rank_dir))
     assert rc == 0 and "Ranks" in out and "aligned by session start" in out
     console = Console(record=True, width=200)

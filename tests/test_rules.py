@@ -8,10 +8,13 @@ from nsysanalyze.rules import Evidence, diagnose
 MS = 1_000_000
 
 
+GAP_VALUES = ["ns", "before_launch_ns", "after_sync_ns", "short_gap_ns", "short_after_sync_ns"]
+
+
 def gaps(*rows):
-    """Attribution rows: (cause_kind, cause, ns, before_launch_ns, after_sync_ns)."""
-    return pd.DataFrame(rows, columns=["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns"]).astype(
-        {"ns": float, "before_launch_ns": float, "after_sync_ns": float})
+    """Attribution rows: (cause_kind, cause, ns, before_launch_ns, after_sync_ns[, short_gap_ns, short_after_sync_ns])."""
+    rows = [tuple(r) + (0,) * (7 - len(r)) for r in rows]
+    return pd.DataFrame(rows, columns=["cause_kind", "cause", *GAP_VALUES]).astype({c: float for c in GAP_VALUES})
 
 
 def ev(facts=None, gap_rows=(), framework="pytorch", gpu="NVIDIA H200", scope="step median", **m):
@@ -115,19 +118,30 @@ def test_fsdp_collectives():
     assert f.rule == "fsdp-collectives" and f.gain_ns == 5 * MS and "limit_all_gathers" in f.snippet
 
 
+LAUNCH_GAPS = [("untraced", "host work outside traced calls", 30 * MS, 0, 0, 25 * MS, 0),
+               ("launch", "kernel launch", 20 * MS, 0, 0, 15 * MS, 0)]
+LAUNCH = dict(idle_fraction=0.5, idle_ns=50 * MS, idle_gap_count=2000, kernel_count=2000, kernel_sum_ns=50 * MS,
+              launch_ns=20 * MS, launch_calls=2000)
+
+
 def test_launch_bound_from_short_gaps():
-    e = ev(idle_fraction=0.5, idle_ns=50 * MS, idle_short_gap_ns=40 * MS, idle_gap_count=2000, kernel_count=2000,
-           kernel_sum_ns=50 * MS, launch_ns=20 * MS, launch_calls=2000,
-           gap_rows=[("untraced", "host work outside traced calls", 30 * MS, 0, 0), ("launch", "kernel launch", 20 * MS, 0, 0)])
-    (f,) = diagnose([e])
+    # 25 + 15 ms of the 50 ms idle lie in gaps < 100 us with no sync before them
+    (f,) = diagnose([ev(gap_rows=LAUNCH_GAPS, **LAUNCH)])
     assert f.rule == "launch-bound" and f.gain_ns == 40 * MS and "torch.compile" in f.snippet
-    (c,) = diagnose([ev(framework="cuda", **{k: v for k, v in e.m.items() if k != "window_ns"})])
+    (c,) = diagnose([ev(framework="cuda", gap_rows=LAUNCH_GAPS, **LAUNCH)])
     assert "cudaStreamBeginCapture" in c.snippet
 
 
 def test_long_idle_gaps_are_not_launch_bound():
-    e = ev(idle_fraction=0.5, idle_ns=50 * MS, idle_short_gap_ns=5 * MS, kernel_count=2000, kernel_sum_ns=50 * MS)
+    e = ev(gap_rows=[("untraced", "host work outside traced calls", 50 * MS, 0, 0, 5 * MS, 0)], **LAUNCH)
     assert "launch-bound" not in rules(e)
+
+
+def test_short_gaps_after_syncs_are_the_syncs():
+    # the same short gaps, all right after host syncs: host-sync's, not launch overhead
+    synced = [("untraced", "host work outside traced calls", 30 * MS, 0, 30 * MS, 25 * MS, 25 * MS),
+              ("launch", "kernel launch", 20 * MS, 0, 20 * MS, 15 * MS, 15 * MS)]
+    assert rules(ev(gap_rows=synced, sync_wait_calls=60, **LAUNCH)) == ["host-sync"]
 
 
 def test_dtoh_copies_and_syncs():
@@ -147,9 +161,10 @@ def test_dtoh_hidden_on_a_side_stream_is_quiet():
 def test_host_sync_without_copies():
     e = ev(idle_fraction=0.1, idle_ns=10 * MS, sync_wait_calls=3,
            gap_rows=[("launch", "kernel launch", 2 * MS, 0, 2 * MS), ("untraced", "host work outside traced calls", 6 * MS, 0, 6 * MS),
-                     ("nvtx_range", "log", 2 * MS, 0, 2 * MS)])
+                     ("nvtx_range", "log", 2 * MS, 0, 2 * MS), ("os_runtime", "write", 3 * MS, 0, 3 * MS)])
     (f,) = diagnose([e])
-    assert f.rule == "host-sync" and f.gain_ns == 8 * MS  # the 2 ms in 'log' has its own cause
+    # all 10 ms follow the syncs: without them the host's work (in 'log' too) would overlap queued GPU work
+    assert f.rule == "host-sync" and f.gain_ns == 10 * MS
 
 
 def test_unexplained_idle_names_its_biggest_causes():

@@ -50,3 +50,20 @@ def test_launch_bound_counts_every_thread():
         step = a.steps().iloc[-1]
         # launches of the main thread and of autograd's backward thread both count
         assert step["launch_calls"] >= step["kernel_count"] * 0.9
+
+
+def test_per_parameter_item_calls_are_host_syncs():
+    """sync-per-param: ResNet-18 at batch 32 reading each of its 62 gradient norms with .item() every step.
+    The 4-byte copies are not a device-to-host volume problem; the syncs are. (At batch 32 the loop is also
+    launch-bound between the syncs: both causes are reported, each with its own idle.)"""
+    found = {f.rule: f for f in findings("sync_per_param.sqlite")}
+    assert found["host-sync"].evidence["sync_wait_calls"] == 62
+    assert "'grad norms'" in found["host-sync"].title
+    assert "dtoh-sync" not in found and "launch-bound" in found
+
+
+def test_file_io_inside_the_step_is_named():
+    """io-midstep: 64 MB written and fsynced inside the step: the GPU waits on the OS calls (OSRT)."""
+    top = findings("io_midstep.sqlite")[0]
+    assert top.rule == "gpu-idle-unexplained"
+    assert {top.evidence["cause_1"], top.evidence["cause_2"]} == {"os_runtime: fsync", "os_runtime: write"}

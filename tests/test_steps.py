@@ -44,3 +44,22 @@ def test_step_range_regex_overrides_and_numbers_per_process():
     steps, label = find_steps(frame, "^fwd$")
     assert label == "/^fwd$/"
     assert steps[["globalTid", "step", "cpu_start"]].values.tolist() == [[p1, 0, 0], [p1, 1, 20], [p2, 0, 5]]
+
+
+def test_kernel_period_splits_where_the_gpu_waits():
+    """Unit input: names A B C D repeated 4 times, 10 ns kernels 1 ns apart, except a 100 ns wait before each C
+    (the 'batch load'): period 4, iterations start at C, boundaries at the end of the D before it... i.e. at the
+    GPU completion before each C."""
+    import numpy as np
+    from nsysanalyze.steps import kernel_period
+
+    names = np.array([1, 2, 3, 4] * 4)
+    starts, t = [], 0
+    for n in names:
+        t += 100 if n == 3 else 1
+        starts.append(t)
+        t += 10
+    starts = np.array(starts)
+    period, bounds = kernel_period(names, starts, starts + 10)
+    assert period == 4
+    assert bounds.tolist() == (starts[names == 3] - 100).tolist()

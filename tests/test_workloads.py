@@ -35,6 +35,7 @@ EXPECTED_CAPTURES = [
     "vit_l32_single", "vit_l32_ddp", "vit_l32_static_graph",
     "vit_l32_bucket_view", "vit_l32_bf16", "vit_l32_powersgd",
     "dtoh_pageable", "dtoh_pinned_async", "dtoh_deferred", "tinyops_eager", "tinyops_graphs", "gpu_bound",
+    "sync_per_param", "io_midstep",
 ]
 
 

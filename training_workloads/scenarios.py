@@ -10,7 +10,9 @@
   kernels per step from Python (launch-bound); ``graphs`` captures the whole step once in a
   CUDA graph and replays it (the fix). Profile with ``--cuda-graph-trace=node`` to see the
   graph's kernels.
-* ``gpu-bound`` — ResNet-18 at batch 128 on resident data: a healthy GPU-bound loop.
+* ``gpu-bound`` — ResNet-18 at batch 128 on resident data: a healthy GPU-bound loop; at batch 32 with
+  ``sync-per-param`` (each parameter's gradient norm read with ``.item()``: 62 host syncs per step)
+  and ``io-midstep`` (64 MB of logs written to a file inside the step, range ``write log``).
 
 NVTX: ``Step {i}`` ⊃ ``forward``/``backward``/``optimizer``/``log outputs`` (dtoh),
 ``iter {i}`` (tinyops), ``Batch {i}`` ⊃ ``Compute`` (gpu-bound).
@@ -29,6 +31,8 @@ SYNC_EVERY = 10          # dtoh-deferred: steps between host syncs (none falls i
 DTOH_BATCH, DTOH_IMAGE, DTOH_WIDTH = 32, 512, 64
 TINY_BLOCKS, TINY_WIDTH, TINY_BATCH = 24, 256, 16
 GPU_BOUND_BATCH, GPU_BOUND_IMAGE = 128, 224
+SMALL_BATCH = 32             # sync-per-param, io-midstep: a shorter GPU step, so the host's extra work shows
+LOG_BYTES = 64 << 20         # io-midstep: bytes written per step
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, device: str = "cuda",
@@ -166,18 +170,38 @@ def _tinyops(mode: str, sched: StepSchedule, annotate, dev) -> None:
 
 
 def _gpu_bound(mode: str, sched: StepSchedule, annotate, dev) -> None:
+    import os
+    import tempfile
+
     import torch
     import torchvision
 
+    batch = GPU_BOUND_BATCH if mode == "resident" else SMALL_BATCH
     model = torchvision.models.resnet18().to(dev).train()
     optimizer = torch.optim.Adam(model.parameters())
-    data = torch.randn(GPU_BOUND_BATCH, 3, GPU_BOUND_IMAGE, GPU_BOUND_IMAGE, device=dev)
-    target = torch.randint(0, 1000, (GPU_BOUND_BATCH,), device=dev)
+    data = torch.randn(batch, 3, GPU_BOUND_IMAGE, GPU_BOUND_IMAGE, device=dev)
+    target = torch.randint(0, 1000, (batch,), device=dev)
+    log_payload = os.urandom(LOG_BYTES) if mode == "write-log" else b""
+    log_path = os.path.join(tempfile.gettempdir(), f"io_midstep_{os.getpid()}.log")
+    grad_norms: list[float] = []
     for i in range(sched.total):
         sched.before_step(i)
         with annotate(f"Batch {i}", color="blue"):
             with annotate("Compute", color="green"):
                 loss = torch.nn.functional.cross_entropy(model(data), target)
                 loss.backward()
+            if mode == "grad-norm-items":
+                with annotate("grad norms", color="yellow"):
+                    grad_norms = [p.grad.norm().item() for p in model.parameters()]  # one sync per parameter
+            if mode == "write-log":
+                with annotate("write log", color="yellow"):
+                    with open(log_path, "wb") as f:
+                        f.write(log_payload)
+                        f.flush()
+                        os.fsync(f.fileno())
+            with annotate("optimizer", color="green"):
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+    if os.path.exists(log_path):
+        os.remove(log_path)
+    del grad_norms

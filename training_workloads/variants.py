@@ -73,7 +73,7 @@ class ScenarioVariant:
     """One single-GPU scenario for a rule beyond the articles' host-to-device ladder."""
 
     name: str
-    family: str  # "dtoh" | "tinyops" | "gpu-bound"
+    family: str  # "dtoh" | "tinyops" | "gpu-bound" (ResNet-18 on resident data, with the mode's extra per step)
     mode: str
     description: str
 
@@ -95,6 +95,11 @@ SCENARIO_VARIANTS: dict[str, ScenarioVariant] = {
                         "the same step captured once in a CUDA graph and replayed (Adam(capturable=True))"),
         ScenarioVariant("gpu-bound", "gpu-bound", "resident",
                         "ResNet-18, batch 128 at 224x224, data resident on the GPU: nothing to fix on the input side"),
+        ScenarioVariant("sync-per-param", "gpu-bound", "grad-norm-items",
+                        "gpu-bound at batch 32, logging each parameter's gradient norm with .item() every step "
+                        "(62 host syncs per step)"),
+        ScenarioVariant("io-midstep", "gpu-bound", "write-log",
+                        "gpu-bound at batch 32, writing 64 MB of logs to a file inside the step (range 'write log')"),
     )
 }
 

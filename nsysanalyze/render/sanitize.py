@@ -36,7 +36,7 @@ MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]<>#!~&$])")
 AUTOLINK = re.compile(r"(@|://|www\.)", re.I)
 ZWSP = "\u200b"
 # Report/comparison keys whose values the markdown renderers put in code spans or compare as words.
-MARKDOWN_VERBATIM = frozenset({"path", "step_family", "snippet", "rule", "severity", "base_severity", "unit", "kind",
+MARKDOWN_VERBATIM = frozenset({"path", "step_family", "rule", "severity", "base_severity", "unit", "kind",
                                "gate_scope", "scope", "metric"})
 
 
@@ -54,6 +54,10 @@ def code_span(text: object) -> str:
     return f"{fence}{pad}{body}{pad}{fence}"
 
 
+# Keys whose values are this package's own multi-line text (code snippets of fixes), left as they are.
+OWN_TEXT = frozenset({"snippet"})
+
+
 def for_text(doc):
     """A copy of a report/comparison/rank view with every string printable (text renderers)."""
     return _map_strings(doc, printable, printable, frozenset())
@@ -69,7 +73,7 @@ def _map_strings(doc, fn, verbatim_fn, verbatim: frozenset[str]):
     if isinstance(doc, str):
         return fn(doc)
     if isinstance(doc, dict):
-        return {k: (verbatim_fn(v) if isinstance(v, str) and k in verbatim else
+        return {k: (v if k in OWN_TEXT else verbatim_fn(v) if isinstance(v, str) and k in verbatim else
                     _map_strings(v, fn, verbatim_fn, verbatim)) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
         return [_map_strings(v, fn, verbatim_fn, verbatim) for v in doc]

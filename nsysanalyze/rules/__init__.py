@@ -35,7 +35,8 @@ class Evidence:
     subranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     facts: dict[str, float] = field(default_factory=dict)
     gaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        {"cause_kind": [], "cause": [], "ns": [], "before_launch_ns": [], "after_sync_ns": []}))
+        {"cause_kind": [], "cause": [], "ns": [], "before_launch_ns": [], "after_sync_ns": [], "short_gap_ns": [],
+         "short_after_sync_ns": []}))
     framework: str = "unknown"
     gpu_name: str = ""
 
@@ -50,7 +51,7 @@ class Evidence:
 
     def idle_by(self, kinds: tuple[str, ...] = (), causes: tuple[str, ...] = (), tag: str = "ns") -> float:
         """Attributed GPU idle ns whose cause_kind is in ``kinds`` or whose cause matches a regex in ``causes``;
-        ``tag`` 'before_launch_ns' or 'after_sync_ns' restricts it to idle so tagged."""
+        ``tag`` (a column of ``gaps``: 'before_launch_ns', 'after_sync_ns', ...) restricts it to idle so tagged."""
         g = self.gaps
         if g.empty:
             return 0.0
@@ -61,9 +62,15 @@ class Evidence:
 
     @property
     def after_sync_idle_ns(self) -> float:
-        """GPU idle after host syncs while the host only launches, blocks in CUDA or runs untraced code
-        (idle the host spends in a named range or an OS call has that cause instead)."""
-        return self.idle_by(kinds=("untraced", "launch", "cuda_blocking"), tag="after_sync_ns")
+        """GPU idle after host syncs, except where the host is in an OS call (munmap, write, a wait: those
+        are causes of their own): without the sync the host's later work would overlap queued GPU work."""
+        return self.idle_by(kinds=("untraced", "launch", "cuda_blocking", "nvtx_range"), tag="after_sync_ns")
+
+    @property
+    def free_short_gap_ns(self) -> float:
+        """GPU idle in short gaps (attribution.SHORT_GAP_NS) that no host sync explains: launch overhead."""
+        g = self.gaps
+        return float(g["short_gap_ns"].sum() - g["short_after_sync_ns"].sum()) if not g.empty else 0.0
 
     def get(self, name: str, default: float = 0.0) -> float:
         v = self.m.get(name)
@@ -92,6 +99,12 @@ class Finding:
 
 
 Rule = Callable[[Evidence], "Finding | None"]
+
+
+def megabytes(n: float) -> str:
+    """Bytes as MB for titles: '201 MB', '1.3 MB', '0.05 MB'."""
+    mb = n / 1e6
+    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
 
 
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,

@@ -7,7 +7,7 @@ Pageable host-to-device copies sync too (PyTorch's blocking .to()): that idle is
 """
 from __future__ import annotations
 
-from . import Evidence, Finding, make_finding
+from . import Evidence, Finding, make_finding, megabytes
 from .fixes import pick
 
 MIN_SHARE = 0.05       # stall (exposed copy + post-sync idle) worth fixing, as a share of the step
@@ -67,21 +67,25 @@ cudaEventRecord(done, stream);          // instead of cudaDeviceSynchronize() ev
 }
 
 
+def in_sync_idle(ev: Evidence) -> float:
+    """GPU idle while the host sits in a synchronize call, not already counted as after an earlier sync."""
+    return ev.idle_by(causes=(SYNC_API,)) - ev.idle_by(causes=(SYNC_API,), tag="after_sync_ns")
+
+
 def dtoh_sync(ev: Evidence) -> Finding | None:
     """Per-step device-to-host copies and the syncs after them stall the GPU."""
     if ev.get("dtoh_bytes") < MIN_DTOH_BYTES:
         return None
     exposed = max(0.0, ev.get("dtoh_ns") - ev.get("dtoh_hidden_ns"))
     post_sync = ev.after_sync_idle_ns
-    in_sync = ev.idle_by(causes=(SYNC_API,))
+    in_sync = in_sync_idle(ev)
     stall = exposed + post_sync + in_sync
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(DTOH_FIX, ev.framework)
-    mb = ev.get("dtoh_bytes") / 1e6
     return make_finding(
         ev, "dtoh-sync",
-        f"Device-to-host copies stall every {ev.per}: {mb:.1f} MB copied back ({exposed / 1e6:.1f} ms not hidden "
+        f"Device-to-host copies stall every {ev.per}: {megabytes(ev.get('dtoh_bytes'))} copied back ({exposed / 1e6:.1f} ms not hidden "
         f"under compute), then the GPU waits {post_sync / 1e6:.1f} ms after host syncs",
         confidence=0.85 if ev.get("dtoh_pageable_bytes") > 0 or post_sync > 0 else 0.7,
         gain_ns=stall,
@@ -97,14 +101,16 @@ def host_sync(ev: Evidence) -> Finding | None:
     """Explicit synchronizations that leave the GPU waiting, with no device-to-host copy to explain them."""
     if ev.get("dtoh_bytes") >= MIN_DTOH_BYTES or ev.get("htod_pageable_bytes") > 0 or ev.get("sync_wait_calls") < 1:
         return None
-    stall = ev.after_sync_idle_ns + ev.idle_by(causes=(SYNC_API,))
+    stall = ev.after_sync_idle_ns + in_sync_idle(ev)
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(SYNC_FIX, ev.framework)
+    after = ev.gaps.sort_values("after_sync_ns", ascending=False).iloc[0]
+    where = f" (mostly while the host works in '{after['cause']}')" if after["cause_kind"] == "nvtx_range" else ""
     return make_finding(
         ev, "host-sync",
         f"{ev.get('sync_wait_calls'):.0f} host synchronization(s) per {ev.per} leave the GPU waiting "
-        f"{stall / 1e6:.1f} ms for the host to launch again",
+        f"{stall / 1e6:.1f} ms for the host to launch again{where}",
         confidence=0.7, gain_ns=stall,
         evidence={"sync_wait_calls": ev.get("sync_wait_calls"), "sync_wait_ns": ev.get("sync_wait_ns"),
                   "post_sync_idle_ns": ev.after_sync_idle_ns, "gpu_idle_fraction": ev.get("idle_fraction")},

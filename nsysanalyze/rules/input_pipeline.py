@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from . import Evidence, Finding, make_finding
+from . import Evidence, Finding, make_finding, megabytes
 from .fixes import pick
 
 IDLE_HIGH = 0.20           # GPU idle fraction that makes starvation worth fixing
@@ -106,7 +106,8 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
     if ev.per != "step" or idle < IDLE_HIGH or pre_ns < PRE_LAUNCH_SHARE * ev.window_ns:
         return None
     top = pre.sort_values("before_launch_ns", ascending=False).iloc[0]
-    where = f"'{top['cause']}'" if top["cause_kind"] == "nvtx_range" else str(top["cause"])
+    where = {"nvtx_range": f"'{top['cause']}'", "untraced": "code no traced call covers (Python/CPU work)"}.get(
+        top["cause_kind"], str(top["cause"]))
     fix, snippet = pick(WORKERS_FIX, ev.framework)
     return make_finding(
         ev, "dataloader-workers",
@@ -162,7 +163,7 @@ def pin_memory(ev: Evidence) -> Finding | None:
     if ev.facts.get("osrt_captured", 1.0):  # without OS runtime data there is no munmap evidence either way
         evidence.update({"munmap_count": ev.get("munmap_count"), "munmap_ns": ev.get("munmap_ns"),
                          "munmap_gpu_idle_ns": idle_mm})
-    title = f"{share:.0%} of host-to-device bytes come from pageable memory ({pageable_bytes / 1e6:.0f} MB per {ev.per})"
+    title = f"{share:.0%} of host-to-device bytes come from pageable memory ({megabytes(pageable_bytes)} per {ev.per})"
     if idle_mm > 0:
         title += (f"; {ev.get('munmap_count'):.0f} munmap calls ({ev.get('munmap_ns') / 1e6:.1f} ms) leave the GPU "
                   f"idle {idle_mm / 1e6:.1f} ms")

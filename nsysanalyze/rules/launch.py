@@ -1,8 +1,9 @@
 """Launch-overhead rule: the GPU finishes each kernel before the host issues the next → CUDA graphs / compile.
 
 The cause shows in the shape of the idle: a launch-bound loop leaves many µs-scale gaps between
-kernels (attribution.SHORT_GAP_NS), not a few long waits. Launches and CPU time count on every
-thread of the process (PyTorch launches the backward from autograd threads).
+kernels (attribution.SHORT_GAP_NS), not a few long waits — gaps that no host sync explains (a sync
+drains the queue and exposes every following launch: that is host-sync's). Launches and CPU time
+count on every thread of the process (PyTorch launches the backward from autograd threads).
 """
 from __future__ import annotations
 
@@ -37,19 +38,21 @@ for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, stream);
 def launch_bound(ev: Evidence) -> Finding | None:
     kernels = ev.get("kernel_count")
     idle, idle_ns = ev.get("idle_fraction"), ev.get("idle_ns")
-    short = ev.get("idle_short_gap_ns")
+    short = ev.free_short_gap_ns
     if kernels < MIN_KERNELS or idle < IDLE_HIGH or short < SHORT_GAP_SHARE * idle_ns:
         return None
     gpu_per_kernel = ev.get("kernel_sum_ns") / kernels
-    host_per_kernel = ev.window_ns / kernels
+    host_per_kernel = ev.window_ns / kernels  # the host issues one kernel per this many ns
+    if host_per_kernel <= gpu_per_kernel:  # the GPU is the slower side: not launch overhead
+        return None
     fix, snippet = pick(FIX, ev.framework)
     return make_finding(
         ev, "launch-bound",
         f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
-        f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < 100 us",
+        f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < 100 us that no sync explains",
         confidence=0.8, gain_ns=short,
         evidence={"kernels": kernels, "gpu_ns_per_kernel": gpu_per_kernel, "host_ns_per_kernel": host_per_kernel,
-                  "gpu_idle_fraction": idle, "idle_short_gap_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
+                  "gpu_idle_fraction": idle, "idle_in_short_gaps_without_sync_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
                   "launch_calls": ev.get("launch_calls"), "launch_ns": ev.get("launch_ns")},
         fix=fix, snippet=snippet,
     )

@@ -1,126 +1,16 @@
-"""Trace access: the only layer that touches SQL. ``Trace`` wraps one read-only export."""
+"""Trace access: the only layer that touches SQL. ``Trace`` (trace.reader) wraps one read-only export.
+
+``Trace`` is imported on first use, so that ``trace.open`` (stat checks, read-only connection, .nsys-rep
+export: standard library only) loads without pandas, numpy or SQLAlchemy — the CLI starts at once.
+"""
 from __future__ import annotations
-
-import os
-import sqlite3
-from functools import cached_property
-from pathlib import Path
-
-import numpy as np
-import pandas as pd
-
-from ..errors import InputError
-from . import tables
-from .open import connect_readonly, resolve_input
-from .schema import Schema, read_schema
 
 __all__ = ["Trace", "open_trace"]
 
 
-class Trace:
-    """One nsys SQLite export, opened read-only; loaders are cached per instance."""
+def __getattr__(name: str):
+    if name in __all__:
+        from . import reader
 
-    def __init__(self, path: str | os.PathLike):
-        self.source = Path(path)
-        self.path = resolve_input(path)
-        self.conn: sqlite3.Connection = connect_readonly(self.path)
-        try:
-            self.schema: Schema = read_schema(self.conn, str(self.source))
-        except sqlite3.DatabaseError as e:
-            self.conn.close()
-            raise InputError(f"{self.source}: corrupted or unreadable SQLite file ({e})") from None
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> "Trace":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @cached_property
-    def kernels(self) -> pd.DataFrame:
-        return tables.kernels(self.conn, self.schema)
-
-    @cached_property
-    def memcpys(self) -> pd.DataFrame:
-        return tables.memcpys(self.conn, self.schema)
-
-    @cached_property
-    def memsets(self) -> pd.DataFrame:
-        return tables.memsets(self.conn, self.schema)
-
-    @cached_property
-    def runtime(self) -> pd.DataFrame:
-        return tables.runtime_calls(self.conn, self.schema)
-
-    def gpu_table(self, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
-        """``kind`` ('kernels', 'memcpys', 'memsets') with only the named columns (default: all), id
-        columns as int32 where they fit (values as in the cached loaders); not cached."""
-        return getattr(tables, kind)(self.conn, self.schema, columns, compact=True)
-
-    def runtime_named(self, name_ids) -> pd.DataFrame:
-        """Runtime calls (as ``runtime``) whose nameId is among ``name_ids`` (filtered in SQL), correlationId
-        and nameId as int32 where they fit; not cached."""
-        return tables.runtime_calls(self.conn, self.schema, name_ids, compact=True)
-
-    def runtime_by_correlation(self, correlation_ids, exclude_name_ids=()) -> pd.DataFrame:
-        """Runtime calls with the given correlationIds, except those named by ``exclude_name_ids``; not cached."""
-        return tables.runtime_calls_by_correlation(self.conn, self.schema, correlation_ids, exclude_name_ids)
-
-    def api_names(self) -> dict[int, str]:
-        """StringIds id -> value of every string that can name a CUDA API (starts with 'cu')."""
-        return tables.strings_like(self.conn, self.schema, "cu%")
-
-    def has_string_like(self, pattern: str) -> bool:
-        """Whether any string of the export (kernel, API, range names) matches the SQL LIKE ``pattern``."""
-        return tables.any_string_like(self.conn, self.schema, pattern)
-
-    def kernel_on_stream(self, global_pid: int, device: int, stream: int) -> bool:
-        """Whether any kernel ran on this (process, device, stream)."""
-        return tables.kernel_on_stream(self.conn, self.schema, global_pid, device, stream)
-
-    def kernel_durations(self, base: bool = False) -> pd.DataFrame:
-        """Every kernel's process, device, name id, start and duration (ns); not cached."""
-        return tables.kernel_durations(self.conn, self.schema, base)
-
-    def gpu_activities_between(self, global_pid: int, device_id: int, t0: int, t1: int) -> pd.DataFrame:
-        """Kernels, memcpys, memsets of one (process, device) starting in [t0, t1), with streamId; not cached."""
-        return tables.gpu_activities_between(self.conn, self.schema, global_pid, device_id, t0, t1)
-
-    @cached_property
-    def nvtx(self) -> pd.DataFrame:
-        return tables.nvtx_ranges(self.conn, self.schema)
-
-    @cached_property
-    def nvtx_event_type_counts(self) -> dict[int, int]:
-        return tables.nvtx_event_type_counts(self.conn, self.schema)
-
-    @cached_property
-    def nccl_kernel_name_ids(self) -> np.ndarray:
-        """StringIds ids of NCCL kernel names (``ncclKernel_*``, ``ncclDevKernel_*``)."""
-        return tables.string_ids_like(self.conn, self.schema, "nccl%")
-
-    def osrt(self, names: tuple[str, ...] | None = ("munmap",)) -> pd.DataFrame:
-        """OS runtime calls (start, end, globalTid, name) with these names; None: every call."""
-        return tables.osrt_calls(self.conn, self.schema, names)
-
-    def strings(self, ids) -> dict[int, str]:
-        return tables.strings(self.conn, self.schema, ids)
-
-    @cached_property
-    def processes(self) -> pd.DataFrame:
-        return tables.processes(self.conn, self.schema)
-
-    @cached_property
-    def gpus(self) -> pd.DataFrame:
-        return tables.gpus(self.conn, self.schema)
-
-    @cached_property
-    def session_start_utc_ns(self) -> int | None:
-        return tables.session_start_utc_ns(self.conn, self.schema)
-
-
-def open_trace(path: str | os.PathLike) -> Trace:
-    return Trace(path)
+        return getattr(reader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,12 +5,15 @@ file is created and the file's bytes and mtime are never touched.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import sqlite3
 import stat
 import subprocess
+import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -123,11 +126,35 @@ def decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+NSYS_TIMEOUT_ENV = "NSYSANALYZE_NSYS_TIMEOUT"  # seconds an `nsys export` may take (--nsys-timeout)
+NSYS_TIMEOUT_S = 600.0
+HASH_CHUNK = 1 << 20
+
+
+def nsys_timeout_s() -> float:
+    """The --nsys-timeout in seconds (the CLI sets it in the environment, so --jobs workers see it too)."""
+    try:
+        return float(os.environ.get(NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S))
+    except ValueError:
+        return NSYS_TIMEOUT_S
+
+
+def content_key(path: Path) -> str:
+    """A hash of the file's bytes (the cache key: a changed report never reuses an old export)."""
+    h = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def export_nsys_rep(rep: Path, cache_dir: Path | None = None) -> Path:
     """Export a .nsys-rep to SQLite with the ``nsys`` on PATH, into a cache directory.
 
-    The export is keyed by the report's size and mtime, so a second run reuses it. It is never
-    written beside the input (which may sit on a read-only filesystem).
+    The export is keyed by a hash of the report's content, so a second run reuses it. nsys writes
+    a private temporary file of this process in the cache (concurrent runs never share one); it is
+    checked to open as an nsys export, then renamed into place, so the cache only ever holds
+    complete exports. It is never written beside the input (which may sit on a read-only filesystem).
     """
     nsys = shutil.which("nsys")
     if nsys is None:
@@ -135,23 +162,73 @@ def export_nsys_rep(rep: Path, cache_dir: Path | None = None) -> Path:
             f"{rep}: is an nsys report; nsys is not on PATH to export it. "
             f"Run `nsys export --type sqlite -o {rep.with_suffix('.sqlite').name} {rep.name}` and pass the .sqlite"
         )
-    st = rep.stat()
-    key = hashlib.sha1(f"{rep.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    try:
+        key = content_key(rep)
+    except OSError as e:
+        raise InputError(f"{rep}: cannot read ({e.strerror})") from None
     cache_dir = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nsysanalyze"
-    cache_dir.mkdir(parents=True, exist_ok=True)
     out = cache_dir / f"{rep.stem}-{key}.sqlite"
     if out.exists():
         return out
-    tmp = out.with_suffix(".partial.sqlite")
-    proc = subprocess.run(
-        [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(rep)],
-        capture_output=True, text=True,
-    )
-    if proc.returncode != 0 or not tmp.exists():
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"{rep}: nsys export failed: {last[0]}")
-    tmp.replace(out)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, name = tempfile.mkstemp(prefix=f".{rep.stem}.", suffix=".partial.sqlite", dir=cache_dir)
+    except OSError as e:
+        raise InputError(f"{cache_dir}: cannot write the export cache ({e.strerror})") from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        _run_nsys_export(nsys, rep, tmp)
+        _check_export(rep, tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
+
+
+def _run_nsys_export(nsys: str, rep: Path, tmp: Path) -> None:
+    """``nsys export`` of ``rep`` into ``tmp`` in its own process group, killed after the timeout."""
+    timeout = nsys_timeout_s()
+    cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), "--", str(rep.resolve())]
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as e:
+        raise InputError(f"{rep}: cannot run nsys ({e.strerror})") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"{rep}: nsys export did not finish in {timeout:g} s (--nsys-timeout)") from None
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode != 0:
+        raise InputError(f"{rep}: nsys export failed (exit {proc.returncode}): {_error_line(err or out)}")
+
+
+def _error_line(output: bytes) -> str:
+    """The line of nsys output that says what went wrong: the last one naming an error, else the last one."""
+    lines = [ln.strip() for ln in output.decode("utf-8", "replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() or "fail" in ln.lower()]
+    return ((errors or lines or ["no output"])[-1])[:300]
+
+
+def _check_export(rep: Path, tmp: Path) -> None:
+    """Refuse what nsys wrote unless it opens as an nsys SQLite export (an nsys can exit 0 with garbage)."""
+    from .schema import read_schema
+
+    try:
+        conn = connect_readonly(tmp)
+    except InputError as e:
+        raise InputError(f"{rep}: nsys export did not produce an SQLite export ({str(e).split(': ', 1)[-1]})") from None
+    try:
+        read_schema(conn, str(rep))
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"{rep}: nsys export produced a corrupted file ({e})") from None
+    finally:
+        conn.close()
 
 
 def resolve_input(path: str | os.PathLike) -> Path:

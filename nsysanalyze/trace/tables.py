@@ -106,8 +106,8 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     touched, so they cost no memory). A chunk whose text does not parse back to exactly its row
     count (corrupted values) is re-read as row tuples by :func:`fetch_int_frame`, which raises
     InputError on non-integers. Columns named in ``small`` are int32 while their values fit (int64 from
-    the first value that does not). Columns named in ``steady`` (globalPid, deviceId: one value in a
-    one-GPU trace) are asked as min() and max() first; a chunk where they are equal sends no text
+    the first value that does not). Columns named in ``steady`` (globalPid, deviceId, streamId: one value
+    in a one-GPU, one-stream trace) are asked as min() and max() first; a chunk where they are equal sends no text
     for them, and the first chunk where they are not turns that off.
     """
     names = list(exprs)
@@ -250,7 +250,7 @@ def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[
     if not schema.has(table, "start", "end"):
         return _empty(names)
     return fetch_columns(conn, table, {c: sql_of[c] for c in names}, '"end" IS NOT NULL AND start IS NOT NULL',
-                         small=SMALL_COLUMNS if compact else (), steady=("globalPid", "deviceId"))
+                         small=SMALL_COLUMNS if compact else (), steady=("globalPid", "deviceId", "streamId"))
 
 
 def kernels(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
@@ -317,17 +317,6 @@ def runtime_calls_by_correlation(conn: sqlite3.Connection, schema: Schema, corre
         conn.execute("DROP TABLE temp.nsysanalyze_corr")
 
 
-def kernel_on_stream(conn: sqlite3.Connection, schema: Schema, global_pid: int, device: int, stream: int) -> bool:
-    """Whether any kernel ran on this (process, device, stream) (stops at the first one)."""
-    if not schema.has(KERNEL, "start", "end"):
-        return False
-    cols = {c: schema.col_or(KERNEL, c, "0") for c in ("globalPid", "deviceId", "streamId")}
-    row = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {KERNEL} WHERE {cols['globalPid']} = ? AND {cols['deviceId']} = ? "
-                       f"AND {cols['streamId']} = ? AND \"end\" IS NOT NULL AND start IS NOT NULL)",
-                       (int(global_pid), int(device), int(stream))).fetchone()
-    return bool(row[0])
-
-
 def strings(conn: sqlite3.Connection, schema: Schema, ids) -> dict[int, str]:
     """StringIds values for the given ids."""
     ids = sorted({int(i) for i in ids if i >= 0})
@@ -336,7 +325,7 @@ def strings(conn: sqlite3.Connection, schema: Schema, ids) -> dict[int, str]:
     out: dict[int, str] = {}
     for chunk in range(0, len(ids), 500):
         part = ids[chunk:chunk + 500]
-        q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))})"
+        q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(part))}) AND value IS NOT NULL"
         out.update({int(i): str(v) for i, v in conn.execute(q, part)})
     return out
 
@@ -368,33 +357,55 @@ def nvtx_ranges(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
 
     name = COALESCE(StringIds.value at textId, text); domain = the domain's name from its create
     row in the same process ('' for the default domain or when the create row was not captured).
+    Read column-wise in chunks (:func:`fetch_columns`): the integer columns and textId, then the
+    distinct names once; ``name`` and ``domain`` hold shared string objects (8 bytes a row), so
+    millions of ranges stay small.
     """
     columns = ["start", "end", "globalTid", "endGlobalTid", "domainId", "name", "domain"]
     if not schema.has(NVTX, "start", "end", "eventType"):
         return pd.DataFrame({c: [] for c in columns})
     has_textid = schema.has(NVTX, "textId") and schema.has("StringIds", "id", "value")
-    name = "COALESCE(s.value, e.text, '')" if has_textid else "COALESCE(e.text, '')"
-    join = "LEFT JOIN StringIds s ON s.id = e.textId" if has_textid else ""
-    tid = "COALESCE(e.globalTid, 0)"
-    end_tid = f"COALESCE(e.endGlobalTid, {tid})" if schema.has(NVTX, "endGlobalTid") else tid
-    dom = "COALESCE(e.domainId, 0)" if schema.has(NVTX, "domainId") else "0"
-    rows = conn.execute(
-        f"SELECT e.start, e.\"end\", {tid}, {end_tid}, {dom}, {name} FROM {NVTX} e {join} "
-        f"WHERE e.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND e.\"end\" IS NOT NULL AND e.\"end\" >= e.start"
-    ).fetchall()
-    df = pd.DataFrame(rows, columns=columns[:-1])
-    for c in columns[:5]:
-        df[c] = df[c].astype(np.int64)
-    df["name"] = df["name"].astype(str)
+    tid = "COALESCE(globalTid, 0)"
+    exprs = {"start": "start", "end": '"end"', "globalTid": tid,
+             "endGlobalTid": f"COALESCE(endGlobalTid, {tid})" if schema.has(NVTX, "endGlobalTid") else tid,
+             "domainId": "COALESCE(domainId, 0)" if schema.has(NVTX, "domainId") else "0",
+             "textId": "COALESCE(textId, -1)" if has_textid else "-1"}
+    where = f'eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND "end" IS NOT NULL AND "end" >= start'
+    df = fetch_columns(conn, NVTX, exprs, where, small=("domainId", "textId"), steady=("globalTid", "domainId"))
+    text_id = df.pop("textId").to_numpy()
+    found = strings(conn, schema, np.unique(text_id[text_id >= 0])) if has_textid else {}
+    ids = np.array(sorted(found), dtype=np.int64)
+    names = [found[i] for i in ids.tolist()]
+    code = np.full(len(df), -1, dtype=np.int64)
+    if ids.size:
+        pos = np.minimum(np.searchsorted(ids, text_id), ids.size - 1)
+        hit = ids[pos] == text_id
+        code[hit] = pos[hit]
+        del pos, hit
+    by_text = np.flatnonzero(code < 0)  # no string at textId: the row's own text ('' when none)
+    if by_text.size:
+        no_string = ("(textId IS NULL OR NOT EXISTS (SELECT 1 FROM StringIds s WHERE s.id = textId "
+                     "AND s.value IS NOT NULL))" if has_textid else "1")
+        text = "COALESCE(text, '')" if schema.has(NVTX, "text") else "''"
+        texts = [r[0] for r in conn.execute(f"SELECT {text} FROM {NVTX} WHERE {where} AND {no_string}")]
+        if len(texts) != by_text.size:
+            raise InputError(f"{NVTX}: range names changed while reading (the export is corrupted)")
+        codes, uniques = pd.factorize(np.array(texts, dtype=object))
+        code[by_text] = codes + len(names)
+        names += list(uniques)
+    del text_id
+    df["name"] = np.array(names, dtype=object)[code] if len(df) else np.empty(0, dtype=object)
     domains = nvtx_domains(conn, schema)
-    df["domain"] = ""
-    if len(df) and len(domains):
-        key = pd.MultiIndex.from_arrays([pid_of(df["globalTid"]), df["domainId"]])
+    domain = np.full(len(df), "", dtype=object)
+    named = np.flatnonzero(df["domainId"].to_numpy() != 0) if len(domains) else np.empty(0, dtype=np.int64)
+    if named.size:
+        key = pd.MultiIndex.from_arrays([pid_of(df["globalTid"].to_numpy()[named]), df["domainId"].to_numpy()[named]])
         lookup = pd.Series(domains["domain"].values,
                            index=pd.MultiIndex.from_arrays([domains["globalPid"], domains["domainId"]]))
         lookup = lookup[~lookup.index.duplicated()]
-        df["domain"] = lookup.reindex(key).fillna("").values
-    return df
+        domain[named] = lookup.reindex(key).fillna("").to_numpy()
+    df["domain"] = domain
+    return df[columns].astype({"domainId": np.int64, "name": str, "domain": str})
 
 
 def nvtx_domains(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:

@@ -1,0 +1,150 @@
+"""Saved JSON reports (``diagnose --format json FILE``) read back for compare, plot and report.
+
+``read_report(path)`` parses the file and checks the keys and types those consumers use, so a
+hand-edited, truncated or foreign JSON file is one line and exit 2, never a traceback. Extra keys
+are allowed (newer reports add some); a metric row (a summary device, a step) may hold any keys,
+but every value in it must be a finite number, a boolean, null, or (for the named keys) a string.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+from .compare import METRICS
+from .errors import InputError
+from .trace.open import stat_input
+
+SEVERITIES = ("high", "medium", "low", "info")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _str(x) -> bool:
+    return isinstance(x, str)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A list of metric rows: ``required`` keys (name → check), string-valued keys, numbers elsewhere."""
+
+    required: dict
+    strings: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class Optional:
+    """A key that may be absent (checked when present)."""
+
+    spec: object
+
+
+def _severity(x) -> bool:
+    return x in SEVERITIES
+
+
+TYPE_NAMES = {_number: "a finite number", _int: "an integer", _str: "a string", _severity: f"one of {SEVERITIES}"}
+
+
+def _opt(check):
+    """``check``, or null."""
+    def optional(x) -> bool:
+        return x is None or check(x)
+    TYPE_NAMES[optional] = f"{TYPE_NAMES[check]} or null"
+    return optional
+
+REPORT = {
+    "format_version": _int,
+    "trace": {
+        "path": _str,
+        "nsys_version": Optional(_opt(_str)),
+        "schema_version": Optional(_opt(_str)),
+        "step_family": Optional(_opt(_str)),
+        "processes": [{"globalPid": _int, "pid": _opt(_int), "name": _opt(_str)}],
+        "devices": [{"globalPid": Optional(_int), "deviceId": _int, "name": _opt(_str)}],
+    },
+    "notes": [_str],
+    "summary": {"devices": Rows({"globalPid": _int, "deviceId": _int, "window_start": _number, "window_end": _number,
+                                 **{c: _opt(_number) for m in METRICS if m.is_ratio for c in (m.num, m.den)}})},
+    "steps": Rows({"globalPid": _int, "deviceId": _int, "name": _str}, frozenset({"name"})),
+    "subranges": Optional([{"name": _str, "ns": _number, "share": _opt(_number)}]),
+    "kernels": Optional([{"globalPid": _int, "deviceId": _int, "name": _str, "total_ns": _number,
+                          "per_step_ns": _opt(_number)}]),
+    "findings": [{"rule": _str, "title": _str, "severity": _severity, "confidence": _number, "gain_ns": _opt(_number),
+                  "gain_pct": _number, "evidence": dict, "fix": _str, "snippet": _str}],
+}
+
+
+def read_report(path: str | os.PathLike) -> dict:
+    """The single-trace report saved in ``path``; InputError (one line) when it is not one."""
+    stat_input(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    except (ValueError, RecursionError) as e:  # invalid JSON or UTF-8; nesting too deep
+        raise InputError(f"{path}: not a JSON report ({str(e)[:200]})") from None
+    for d in (doc.get("summary") or {}).get("devices") or [] if isinstance(doc, dict) else []:
+        if isinstance(d, dict) and "deviceId" not in d and "device" in d:  # format 1 named it "device"
+            d["deviceId"] = d.pop("device")
+    problem = check(doc, REPORT, "")
+    if problem:
+        raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE): "
+                         f"{problem}")
+    return doc
+
+
+def check(value, spec, where: str) -> str | None:
+    """The first mismatch of ``value`` against ``spec`` as 'WHERE: expected ...', or None."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where or 'the document'}: expected an object"
+        for key, sub in spec.items():
+            if key not in value:
+                if isinstance(sub, Optional):
+                    continue
+                return f"{where}.{key}: missing" if where else f"{key}: missing"
+            problem = check(value[key], sub.spec if isinstance(sub, Optional) else sub, f"{where}.{key}".lstrip("."))
+            if problem:
+                return problem
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where}: expected a list"
+        return next((p for i, v in enumerate(value) if (p := check(v, spec[0], f"{where}[{i}]"))), None)
+    if isinstance(spec, Rows):
+        if not isinstance(value, list):
+            return f"{where}: expected a list"
+        return next((p for i, row in enumerate(value) if (p := _check_row(row, spec, f"{where}[{i}]"))), None)
+    if spec is dict:
+        return None if isinstance(value, dict) else f"{where}: expected an object"
+    if spec(value):
+        return None
+    return f"{where}: expected {TYPE_NAMES.get(spec, 'another type')}, got {_kind(value)}"
+
+
+def _check_row(row, spec: Rows, where: str) -> str | None:
+    problem = check(row, spec.required, where)
+    if problem:
+        return problem
+    for key, v in row.items():
+        if key not in spec.strings and not (v is None or isinstance(v, bool) or _number(v)):
+            return f"{where}.{key}: expected a finite number, got {_kind(v)}"
+    return None
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)

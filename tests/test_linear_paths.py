@@ -1,0 +1,208 @@
+"""The linear (grouped, vectorized) paths give exactly what a straightforward per-group path gives.
+
+Each test runs the fast code on real exports and on real-derived variants (a fixture copied into
+tmp and spread over several streams/devices/processes with SQL, as bench/scaling.py does), and
+compares with a deliberately simple reference: one SQL query or one boolean mask per group.
+"""
+import shutil
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nsysanalyze
+from nsysanalyze import intervals
+from conftest import fixture_trace, shared_trace
+
+REAL = ["h200/resnet18-baseline-nvtx.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite",
+        "public/pipit__perlmutter-cloverleaf-cuda.sqlite"]
+
+
+def spread(src, tmp_path, sql: list[str]):
+    """A copy of ``src`` with ``sql`` applied (the source is never written)."""
+    dst = tmp_path / f"spread-{src.name}"
+    shutil.copyfile(src, dst)
+    with sqlite3.connect(dst) as conn:
+        for q in sql:
+            conn.execute(q)
+    return dst
+
+
+MANY_STREAMS = ["UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 100 + rowid % 5, deviceId = rowid % 2",
+                "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET streamId = 102 + rowid % 7, deviceId = rowid % 3"]
+
+
+def htod_fraction_per_stream_sql(path) -> dict:
+    """The old path: per (process, device) with HtoD copies, one EXISTS query per stream."""
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+    out = {}
+    copies = conn.execute("SELECT globalPid, deviceId, streamId FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                          "WHERE copyKind = 1 AND start IS NOT NULL AND \"end\" IS NOT NULL").fetchall()
+    for key in {c[:2] for c in copies}:
+        streams = [c[2] for c in copies if c[:2] == key]
+        on = [s for s in set(streams) if conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = ? AND deviceId = ? AND "
+            "streamId = ? AND \"end\" IS NOT NULL AND start IS NOT NULL)", (*key, s)).fetchone()[0]]
+        out[key] = float(np.isin(streams, on).mean())
+    conn.close()
+    return out
+
+
+@pytest.mark.parametrize("rel", REAL)
+def test_htod_on_kernel_streams_equals_one_query_per_stream(rel):
+    path = shared_trace(rel)
+    with nsysanalyze.open(path) as a:
+        assert a._htod_on_kernel_streams == htod_fraction_per_stream_sql(path)
+
+
+def test_htod_on_kernel_streams_over_several_streams_and_devices(tmp_path):
+    path = spread(fixture_trace("resnet18_baseline.sqlite"), tmp_path, MANY_STREAMS)
+    expected = htod_fraction_per_stream_sql(path)
+    assert sorted(expected.values()) == [0.0, 0.0, 0.5]  # devices with none, and with some, on kernel streams
+    with nsysanalyze.open(path) as a:
+        assert a._htod_on_kernel_streams == expected
+        facts = {(e.globalPid, e.deviceId): e.facts["htod_on_kernel_streams_fraction"] for e in a.evidence()}
+    assert {k: v for k, v in facts.items() if k in expected} == {k: expected[k] for k in facts if k in expected}
+
+
+def report(path, **kw) -> dict:
+    with nsysanalyze.open(path, **kw) as a:
+        return a.to_dict()
+
+
+SPREAD_DEVICES = [f"UPDATE {t} SET deviceId = rowid % 7" for t in
+                  ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
+SPREAD_PROCESSES = [f"UPDATE {t} SET globalPid = (globalPid & ~(16777215 << 24)) | ((1000 + rowid % 5) << 24)" for t in
+                    ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")] + [
+    "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = (globalTid & ~(16777215 << 24)) | ((1000 + rowid % 5) << 24)"]
+
+
+@pytest.mark.parametrize("variant", ["2-GPU real", "7 devices", "5 processes"])
+def test_devices_side_by_side_equal_one_device_at_a_time(variant, tmp_path, monkeypatch):
+    """gpu_metrics lays devices side by side on one time axis; with STACK_LIMIT too small for two, it
+    measures one device at a time (the straightforward per-device path): same report."""
+    if variant == "2-GPU real":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    else:
+        src = fixture_trace("vit_l32_2gpu_ddp_0.sqlite" if variant == "7 devices" else "resnet18_baseline.sqlite")
+        path = spread(src, tmp_path, SPREAD_DEVICES if variant == "7 devices" else SPREAD_PROCESSES)
+    fast = report(path)
+    assert len(fast["summary"]["devices"]) >= 2
+    monkeypatch.setattr(intervals, "STACK_LIMIT", 1)
+    assert report(path) == fast
+
+
+def window_sums_one_window_at_a_time(windows, tids, starts, ends, codes, columns):
+    """Reference for metrics._window_sums: one boolean mask per window."""
+    pids = tids & ~np.int64(0xFFFFFF)
+    out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
+    for i, w in enumerate(windows.itertuples(index=False)):
+        on = (tids == w.globalTid) if w.globalTid >= 0 else (pids == w.globalPid)
+        inside = on & (starts >= w.cpu_start) & (starts < w.cpu_end)
+        for name, (want, durations) in columns.items():
+            sel = inside if want is None else inside & (codes == want)
+            out[name][i] = int((ends - starts)[sel].sum()) if durations else int(sel.sum())
+    return out
+
+
+@pytest.mark.parametrize("variant", ["real", "5 processes"])
+def test_window_sums_equal_one_mask_per_window(variant, tmp_path, monkeypatch):
+    from nsysanalyze import metrics
+    src = fixture_trace("resnet18_baseline.sqlite")
+    path = src if variant == "real" else spread(src, tmp_path, SPREAD_PROCESSES)
+    with nsysanalyze.open(path) as a:
+        steps, summary, runtime = a.steps(), a.summary(), a.trace.runtime
+    cols = ["globalPid", "globalTid", "cpu_start", "cpu_end"]
+    windows = pd.concat([steps[cols], summary.assign(globalTid=-1, cpu_start=summary["window_start"],
+                                                     cpu_end=summary["window_end"])[cols]], ignore_index=True)
+    windows = windows.astype(np.int64)
+    tids, starts, ends = runtime["globalTid"].to_numpy(), runtime["start"].to_numpy(), runtime["end"].to_numpy()
+    codes = (runtime["nameId"].to_numpy() % 2).astype(np.int8)
+    columns = {"all": (None, False), "odd": (1, False), "odd_ns": (1, True), "all_ns": (None, True)}
+    expected = window_sums_one_window_at_a_time(windows, tids, starts, ends, codes, columns)
+    assert expected["all"].sum() > 0 and 0 < expected["odd"].sum() < expected["all"].sum()
+    for limit in (intervals.STACK_LIMIT, 1):  # lanes side by side, then one lane per batch
+        monkeypatch.setattr(intervals, "STACK_LIMIT", limit)
+        got = metrics._window_sums(windows, tids, starts, ends, codes, columns)
+        assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
+
+
+def assign_one_key_at_a_time(tids, times, ranges, key="globalTid"):
+    """Reference for steps._assign_to_ranges: per key, a searchsorted over its sorted ranges."""
+    out = np.full(times.shape, -1, dtype=np.int64)
+    for k, group in ranges.groupby(key):
+        group = group.sort_values("cpu_start", kind="stable")
+        starts, ends, labels = group["cpu_start"].to_numpy(), group["cpu_end"].to_numpy(), group.index.to_numpy()
+        on = np.flatnonzero(tids == k)
+        j = np.searchsorted(starts, times[on], side="right") - 1
+        inside = (j >= 0) & (times[on] <= ends[np.maximum(j, 0)])
+        out[on[inside]] = labels[j[inside]]
+    return out
+
+
+def subranges_by_pandas(nvtx, steps):
+    """Reference for steps.subranges: a pandas groupby over the nested ranges."""
+    owner = assign_one_key_at_a_time(nvtx["globalTid"].to_numpy(), nvtx["start"].to_numpy(), steps)
+    rows = nvtx[owner >= 0].assign(owner=owner[owner >= 0]).reset_index(drop=True)
+    host = steps.loc[rows["owner"]].reset_index(drop=True)
+    nested = (rows["end"] <= host["cpu_end"]) & ~((rows["start"] == host["cpu_start"]) & (rows["end"] == host["cpu_end"]))
+    rows, host = rows[nested], host[nested]
+    rows = rows.assign(globalPid=host["globalPid"].to_numpy(), step=host["step"].to_numpy(),
+                       ns=(rows["end"] - rows["start"]).to_numpy(), step_ns=(host["cpu_end"] - host["cpu_start"]).to_numpy())
+    out = rows.groupby(["globalPid", "step", "name"], sort=False).agg(
+        ns=("ns", "sum"), count=("ns", "size"), step_ns=("step_ns", "first")).reset_index()
+    out["share"] = out["ns"] / out["step_ns"].where(out["step_ns"] > 0)
+    cols = ["globalPid", "step", "name", "ns", "count", "share"]
+    return out[cols].sort_values(["globalPid", "step", "ns"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+THREADS = ["UPDATE NVTX_EVENTS SET globalTid = globalTid + (rowid % 6) * 3, endGlobalTid = NULL",
+           "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = globalTid + (rowid % 6) * 3"]
+
+
+@pytest.mark.parametrize("variant", ["real", "real 2 processes", "6 threads"])
+def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path, monkeypatch):
+    from nsysanalyze import steps as S
+    if variant == "real 2 processes":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    else:
+        src = fixture_trace("resnet18_baseline.sqlite")
+        path = src if variant == "real" else spread(src, tmp_path, THREADS)
+    with nsysanalyze.open(path) as a:
+        nvtx, runtime = a.trace.nvtx, a.trace.runtime
+        steps = S.find_steps(nvtx, "^ncclGroupEnd$" if "processes" in variant else None)[0]
+    assert len(steps) >= 2
+    for limit in (intervals.STACK_LIMIT, 1):
+        monkeypatch.setattr(intervals, "STACK_LIMIT", limit)
+        for tids, times, key in ((nvtx["globalTid"].to_numpy(), nvtx["start"].to_numpy(), "globalTid"),
+                                 (runtime["globalTid"].to_numpy() & ~np.int64(0xFFFFFF), runtime["start"].to_numpy(), "globalPid")):
+            got = S._assign_to_ranges(tids, times, steps, key)
+            assert (got >= 0).any() and got.tolist() == assign_one_key_at_a_time(tids, times, steps, key).tolist()
+        expected = subranges_by_pandas(nvtx, steps)
+        assert len(expected) or variant != "real"
+        pd.testing.assert_frame_equal(S.subranges(nvtx, steps), expected)
+
+
+@pytest.mark.parametrize("rel", ["public/pipit__perlmutter-cloverleaf-cuda.sqlite", "public/kamalchowdhury326__report1.sqlite",
+                                 "public/bwyogatama__report1.sqlite"])
+def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
+    """metrics._munmap_gpu_idle groups the munmap calls once; the reference masks them per window."""
+    from nsysanalyze import metrics as M
+    from nsysanalyze.intervals import Coverage, intersection_within
+    with nsysanalyze.open(shared_trace(rel)) as a:
+        summary, munmap = a.summary(), a.trace.osrt(("munmap",))
+        busy = M.busy_coverage(a.trace.kernels, a.trace.memcpys, a.trace.memsets)
+    windows = summary.assign(globalTid=-1)[["globalPid", "deviceId", "globalTid", "window_start", "window_end"]]
+    tid = munmap["globalTid"].to_numpy()
+    expected = []
+    for w in windows.itertuples(index=False):
+        mine = (tid & ~np.int64(0xFFFFFF)) == w.globalPid
+        if not mine.any() or (w.globalPid, w.deviceId) not in busy:
+            expected.append(0)
+            continue
+        mm = Coverage(munmap["start"].to_numpy()[mine], munmap["end"].to_numpy()[mine])
+        a_, b_ = np.array([w.window_start]), np.array([w.window_end])
+        expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
+    assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
+    assert summary["munmap_gpu_idle_ns"].tolist() == expected

@@ -1,0 +1,62 @@
+"""The trace reader (trace/tables.py) gives exactly what a straightforward SQL query gives, and never
+writes to its input."""
+import shutil
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import FIXTURES, SHARED_TRACES, fixture_trace, shared_trace
+from nsysanalyze.trace import Trace, tables
+from nsysanalyze.trace.tables import pid_of
+
+
+def nvtx_by_one_join(conn: sqlite3.Connection) -> pd.DataFrame:
+    """The straightforward NVTX read: one query joining StringIds, row tuples, domains by a merge."""
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(NVTX_EVENTS)")}
+    text = "e.text" if "text" in cols else "NULL"
+    rows = conn.execute(
+        f"SELECT e.start, e.\"end\", COALESCE(e.globalTid, 0), COALESCE(e.endGlobalTid, e.globalTid, 0), "
+        f"COALESCE(e.domainId, 0), COALESCE(s.value, {text}, '') FROM NVTX_EVENTS e "
+        "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60) AND e.\"end\" IS NOT NULL "
+        "AND e.\"end\" >= e.start ORDER BY e.rowid").fetchall()
+    df = pd.DataFrame(rows, columns=["start", "end", "globalTid", "endGlobalTid", "domainId", "name"])
+    df = df.astype({c: np.int64 for c in ["start", "end", "globalTid", "endGlobalTid", "domainId"]})
+    created = conn.execute("SELECT COALESCE(globalTid, 0), domainId, COALESCE(text, '') FROM NVTX_EVENTS "
+                           "WHERE eventType = 75").fetchall()
+    first = {}
+    for g, d, name in created:
+        first.setdefault((int(pid_of(np.array([g]))[0]), d), name)
+    df["domain"] = [first.get((int(p), d), "") if d else "" for p, d in zip(pid_of(df["globalTid"]), df["domainId"])]
+    return df.astype({"name": str, "domain": str})
+
+
+def nvtx_traces() -> list:
+    paths = sorted(SHARED_TRACES.glob("*/*.sqlite")) + sorted(FIXTURES.glob("*.sqlite"))
+    return [p for p in paths if "NVTX_EVENTS" in Trace(p).schema.columns] or [pytest.param(None, marks=pytest.mark.skip)]
+
+
+@pytest.mark.parametrize("path", nvtx_traces(), ids=lambda p: getattr(p, "name", "none"))
+def test_nvtx_ranges_equal_one_join(path):
+    with Trace(path) as t:
+        got = t.nvtx
+        expected = nvtx_by_one_join(t.conn)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), expected)
+
+
+def test_nvtx_names_from_text_and_from_missing_string_ids(tmp_path, monkeypatch):
+    """Ranges named by text (no textId), by a textId with no StringIds row, and in tiny chunks."""
+    src = shared_trace("h200/resnet18-baseline-nvtx.sqlite")
+    path = tmp_path / "mixed.sqlite"
+    shutil.copyfile(src, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE NVTX_EVENTS SET text = 'by text ' || (rowid % 3), textId = NULL WHERE rowid % 4 = 0")
+        conn.execute("UPDATE NVTX_EVENTS SET textId = 999999, text = 'orphan' WHERE rowid % 4 = 1")
+        conn.execute("UPDATE NVTX_EVENTS SET textId = 999998, text = NULL WHERE rowid % 4 = 2")
+    monkeypatch.setattr(tables, "CHUNK_ROWS", 5)
+    with Trace(path) as t:
+        got = t.nvtx
+        expected = nvtx_by_one_join(t.conn)
+    assert {"by text 0", "orphan", "", "copy batch"} <= set(got["name"])
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), expected)
