@@ -43,11 +43,16 @@ def test_piped_output_at_80_columns_leads_with_the_fix_and_crops_nothing():
     assert "Per step" not in out and "--details" in out  # tables only when asked
 
 
+def rendered(report, width):
+    """The report as a terminal of ``width`` columns shows it (plain text)."""
+    console = Console(width=width, force_terminal=True, color_system=None, record=True, file=io.StringIO())
+    terminal.render(report, console)
+    return console.export_text()
+
+
 def test_narrow_terminal_drops_columns_instead_of_cropping():
     report = analyze(BASELINE, None)
-    console = Console(width=60, force_terminal=True, color_system=None, record=True, file=io.StringIO())
-    terminal.render(report, console)
-    out = console.export_text()
+    out = rendered(report, 60)
     assert "…" not in out
     table_part = out[out.index("Per step"):out.index("columns left out")]
     assert all(line.rstrip() == line.rstrip()[:60] for line in table_part.splitlines())
@@ -61,10 +66,7 @@ def test_narrow_terminal_drops_columns_instead_of_cropping():
 
 
 def test_wide_terminal_keeps_every_step_column():
-    report = analyze(BASELINE, None)
-    console = Console(width=200, force_terminal=True, color_system=None, record=True, file=io.StringIO())
-    terminal.render(report, console)
-    out = console.export_text()
+    out = rendered(analyze(BASELINE, None), 200)
     assert "columns left out" not in out
     header = next(line for line in out.splitlines() if "window ms" in line)
     assert all(h in header for h, _, _ in STEP_COLUMNS)
