@@ -16,6 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .errors import InputError
+from .outputs import exit_on_sigterm
 
 
 def analyze_job(path: str, step_range: str | None, reader_threads: int | None = None) -> dict:
@@ -57,39 +58,23 @@ def _in_pool(paths: list[str], step_range: str | None, jobs: int, threads: int,
     ctx = multiprocessing.get_context()
     started = ctx.SimpleQueue()  # (worker pid, path) as each job starts
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(started,))
-    previous = _on_sigterm(_terminate)
-    try:
-        futures = {pool.submit(_pool_job, p, step_range, threads): i for i, p in enumerate(paths)}
-        workers = dict(getattr(pool, "_processes", None) or {})  # pid -> Process, for exit codes
-        reports: list[dict | None] = [None] * len(paths)
+    with exit_on_sigterm():
         try:
-            for f in as_completed(futures):
-                reports[futures[f]] = f.result()
-                done(paths[futures[f]])
-        except BrokenProcessPool:
-            raise InputError(_dead_worker(workers, started, paths)) from None
-    except BaseException:
-        _kill_workers(pool)
-        raise
-    finally:
-        _on_sigterm(previous)
-        pool.shutdown(wait=True, cancel_futures=True)
+            futures = {pool.submit(_pool_job, p, step_range, threads): i for i, p in enumerate(paths)}
+            workers = dict(getattr(pool, "_processes", None) or {})  # pid -> Process, for exit codes
+            reports: list[dict | None] = [None] * len(paths)
+            try:
+                for f in as_completed(futures):
+                    reports[futures[f]] = f.result()
+                    done(paths[futures[f]])
+            except BrokenProcessPool:
+                raise InputError(_dead_worker(workers, started, paths)) from None
+        except BaseException:
+            _kill_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     return reports  # type: ignore[return-value]
-
-
-class _Terminated(SystemExit):
-    """SIGTERM while workers run: unwinds through the pool cleanup, then exits 143 (128 + 15)."""
-
-
-def _terminate(signum, frame):
-    raise _Terminated(128 + signal.SIGTERM)
-
-
-def _on_sigterm(handler):
-    """Install ``handler`` for SIGTERM (main thread only; elsewhere a no-op); return the previous one."""
-    if handler is None or threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, handler)
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:

@@ -276,12 +276,27 @@ FORCE = click.option("--force", is_flag=True, help="Replace OUT if it exists (ne
 
 @cli.command("redact")
 @click.argument("src", metavar="IN")
-@click.argument("dst", metavar="OUT")
+@click.argument("dst", metavar="OUT", required=False)
 @FORCE
-def redact_cmd(src, dst, force):
-    """Copy IN to OUT without environment, absolute paths, host and user names (IN is never modified)."""
-    from .trace.redact import redact
+@click.option("--check", is_flag=True, help="Write nothing: list what in IN still looks identifying "
+                                            "(exit 1 when something does).")
+@click.pass_context
+def redact_cmd(ctx, src, dst, force, check):
+    """Copy IN to OUT without environment, paths, user and host names, IPs, FQDNs, UUIDs, PCI ids, the kernel
+    release, the time zone and unprofiled processes (IN is never modified); metrics are unchanged."""
+    from .trace.redact import identifying, redact
 
+    if check:
+        count, found = identifying(src)
+        for where, kind, value, kept in found:
+            kept_note = " (kept: the analysis reads it)" if kept else ""
+            click.echo(f"{where}: {kind}: {printable(value)[:120]}{kept_note}")
+        click.echo(f"{src}: {count} value(s) still look identifying" + (f" ({len(found)} shown)" if count > len(found)
+                                                                         else "") if count else
+                   f"{src}: nothing identifying found")
+        ctx.exit(1 if count else 0)
+    if dst is None:
+        raise click.UsageError("give OUT (or --check)")
     try:
         removed = redact(src, dst, force=force)
     except sqlite3.DatabaseError as e:

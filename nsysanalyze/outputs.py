@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -83,3 +85,24 @@ def _umask() -> int:
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
+
+
+class Terminated(SystemExit):
+    """SIGTERM under ``exit_on_sigterm``: unwinds like an exception (cleanups run), then exits 143."""
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises Terminated (exit status 143 = 128 + 15) instead of killing the
+    process outright, so temporary files are removed and worker processes stopped (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated(128 + signal.SIGTERM)
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

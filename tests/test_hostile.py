@@ -396,7 +396,8 @@ def _alive(pid: int) -> bool:
 def _busy_workers(slow_exports):
     """Start diagnose --jobs 2 on the slow exports; return (process, {worker pid: file it has open})."""
     proc = subprocess.Popen([sys.executable, "-m", "nsysanalyze", "diagnose", "--jobs", "2", *map(str, slow_exports)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         busy = {w: f for w in _children(proc.pid) if (f := _open_export(w))}

@@ -3,6 +3,7 @@ import hashlib
 import json
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -143,3 +144,124 @@ def test_large_export_goes_through_a_scratch_file(raw_copy, tmp_path, monkeypatc
     assert not LEAKS.search(out.read_bytes())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_copy.name, "big.sqlite"])
     assert report(out) == report(raw_copy)
+
+
+# --- what else identifies a host or a user, and `redact --check` ---
+
+def summary_metrics(path) -> str:
+    """The metrics of a report (summary devices and steps; not the header, whose names redact shortens)."""
+    from nsysanalyze.analysis import report as analyze
+
+    d = analyze(path)
+    return json.dumps({"devices": d["summary"]["devices"], "steps": d["steps"],
+                       "findings": [(f["rule"], f["gain_ns"]) for f in d["findings"]]}, sort_keys=True, default=str)
+
+
+def every_export():
+    from conftest import FIXTURES, SHARED_TRACES
+
+    found = sorted(FIXTURES.glob("*.sqlite")) + sorted(SHARED_TRACES.glob("*/*.sqlite"))
+    return found or [pytest.param(None, marks=pytest.mark.skip(reason="no fixtures or shared traces"))]
+
+
+@pytest.mark.parametrize("src", every_export(), ids=lambda p: p.name if p else "none")
+def test_metrics_identical_and_nothing_identifying_left(src, tmp_path):
+    out = tmp_path / "r.sqlite"
+    redact(src, out)
+    assert summary_metrics(out) == summary_metrics(src)
+    from nsysanalyze.trace.redact import identifying
+
+    count, found = identifying(out, limit=10 ** 6)
+    assert count == len(found) and all(kept for *_, kept in found), [f for f in found if not f[-1]]
+
+
+def doctor_identities(path) -> None:
+    """Identifying values as real captures hold them, put into a copy of a real export."""
+    con = sqlite3.connect(path)
+    top = con.execute("SELECT coalesce(max(id), 0) + 1 FROM StringIds").fetchone()[0]
+    con.executemany("INSERT INTO StringIds(id, value) VALUES (?, ?)", [   # referenced by no table
+        (top, "/cluster/apps/alice-q/nsight/lib/libToolsInjection64.so"),
+        (top + 1, "/home/Alice Q/my project/train.py"),
+        (top + 2, "connect to 10.20.30.40:29500 on gpu-node-17.hpc.example.org"),
+    ])
+    con.execute("UPDATE META_DATA_CAPTURE SET value = '--master_addr=10.20.30.40' WHERE name = 'PROCESS_0:ARGUMENT_1'")
+    con.execute("INSERT INTO META_DATA_CAPTURE(name, value) VALUES ('SESSION_UUID', "
+                "'1b2f3c4d-aaaa-bbbb-cccc-0123456789ab')")
+    con.execute("UPDATE TARGET_INFO_GPU SET uuid = 'GPU-cf6b97c0-bf53-a39e-febd-9532190b5766', "
+                "busLocation = '0000:c1:00.0'")
+    con.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV(devStateName, name, nameEnum, value) VALUES "
+                "('Local (CLI)', 'SoftwareReleaseVersion', 0, '5.14.21-150400.24.81_12.0.86-cray_shasta_c')")
+    con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET localTime = '2023-10-03T21:13:59'")
+    con.executemany("INSERT INTO PROCESSES(globalPid, pid, name) VALUES (?, ?, ?)",
+                    [((1 << 48) | (pid << 24), pid, name) for pid, name in ((1, "systemd"), (2, "sshd: alice-q"))])
+    con.commit()
+    con.close()
+
+
+def test_identifiers_unreferenced_strings_and_other_processes_are_removed(copy_of, tmp_path):
+    src = copy_of(shared_trace("h200/resnet18-baseline-nvtx.sqlite"))
+    doctor_identities(src)
+    from nsysanalyze.trace.redact import identifying
+
+    assert identifying(src)[0] >= 6
+    out = tmp_path / "r.sqlite"
+    removed = redact(src, out)
+    assert removed["other_processes"] == 2
+    data = out.read_bytes()
+    for secret in (b"/cluster/apps", b"alice", b"Alice Q", b"10.20.30.40", b"hpc.example.org", b"1b2f3c4d-aaaa",
+                   b"cf6b97c0", b"0000:c1:00.0", b"5.14.21", b"21:13:59", b"systemd", b"sshd"):
+        assert secret not in data, secret
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    values = {v for (v,) in con.execute("SELECT value FROM StringIds")}
+    # (a path with spaces keeps the folders after the home directory: where it ends is ambiguous)
+    assert {"libToolsInjection64.so", "/my project/train.py", "connect to <ip>:29500 on <host>"} <= values
+    meta = dict(con.execute("SELECT name, value FROM META_DATA_CAPTURE"))
+    assert meta["PROCESS_0:ARGUMENT_1"] == "--master_addr=<ip>" and meta["SESSION_UUID"] == "<uuid>"
+    assert con.execute("SELECT uuid, busLocation FROM TARGET_INFO_GPU").fetchone() == ("<uuid>", "<pci>")
+    assert con.execute("SELECT localTime = utcTime FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] == 1
+    assert [r[0] for r in con.execute("SELECT name FROM PROCESSES")] == ["python3"]
+    con.close()
+    assert identifying(out)[0] == 0
+    assert summary_metrics(out) == summary_metrics(src)
+
+
+def test_redact_check_lists_what_looks_identifying(copy_of, tmp_path):
+    src = copy_of(shared_trace("h200/resnet18-baseline-nvtx.sqlite"))
+    doctor_identities(src)
+    result = CliRunner().invoke(cli, ["redact", "--check", str(src)])
+    assert result.exit_code == 1
+    assert "path: /cluster/apps/alice-q/nsight" in result.output and ": ip: " in result.output
+    assert "value(s) still look identifying" in result.output.splitlines()[-1]
+    out = tmp_path / "r.sqlite"
+    assert CliRunner().invoke(cli, ["redact", str(src), str(out)]).exit_code == 0
+    result = CliRunner().invoke(cli, ["redact", "--check", str(out)])
+    assert result.exit_code == 0 and result.output.strip().endswith("nothing identifying found")
+
+
+def test_large_export_scratch_is_private_and_removed_on_sigterm(raw_copy, tmp_path):
+    """A > 4 GiB export is redacted in a scratch copy in a private temporary folder; SIGTERM removes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    code = ("import sys, nsysanalyze.trace.redact as R; R.IN_MEMORY_MAX_BYTES = 0; "
+            "orig = R._redact_in_place\n"
+            "def slow(conn, tables):\n    print('scratch', flush=True); import time; time.sleep(60)\n"
+            "R._redact_in_place = slow\nR.redact(sys.argv[1], sys.argv[2])")
+    env = dict(os.environ, TMPDIR=str(scratch_root), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-c", code, str(raw_copy), str(tmp_path / "out.sqlite")],
+                            stdout=subprocess.PIPE, env=env)
+    assert proc.stdout.readline().strip() == b"scratch"
+    folders = list(scratch_root.iterdir())
+    assert len(folders) == 1 and oct(folders[0].stat().st_mode & 0o777) == "0o700"
+    copy = folders[0] / "copy"
+    assert copy.stat().st_size > 0 and LEAKS.search(copy.read_bytes())  # the unredacted copy, private
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_copy.name, "tmp"])  # nothing beside OUT
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    time.sleep(0.1)
+    assert list(scratch_root.iterdir()) == []

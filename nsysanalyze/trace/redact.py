@@ -1,37 +1,61 @@
-"""A shareable copy of an export: environment, paths, host and user names removed.
+"""A shareable copy of an export: environment, paths, names and identifiers removed.
 
 ``redact(src, dst)`` copies ``src`` (opened read-only, through SQLite's backup API) into
 memory, so the unredacted bytes are never written to disk (an export above
-``IN_MEMORY_MAX_BYTES`` is copied to a scratch file beside ``dst`` instead, deleted at the end),
-and, in the copy:
+``IN_MEMORY_MAX_BYTES`` is copied into a private (0700) temporary folder instead, removed at
+the end, on Ctrl-C and on SIGTERM), and, in the copy:
 
 - deletes the process environment: ``META_DATA_CAPTURE`` rows ``PROCESS_<n>:ENVIRONMENT_VARIABLE``;
   blanks the NUL-joined environment blocks in ``StringIds`` (the id is kept) and
   ``TARGET_INFO_SYSTEM_ENV.DeviceEnvironment``;
-- blanks host and user names and directories: ``EXPORT_HOST``, ``EXPORT_USER``, ``*_PATH_ABS``,
-  ``DEVICE_DISPLAY_NAME``, ``PROCESS_<n>:USER_NAME``/``WORKING_DIR``, ``Hostname``,
-  ``TargetInstallDir``, ``InjectionFilesStoragePath`` ...;
-- shortens absolute paths to their file name in the remaining metadata (command line,
-  export file names, diagnostics, callchain module names, captured file names);
+- blanks host and user names, directories and the kernel release: ``EXPORT_HOST``, ``EXPORT_USER``,
+  ``*_PATH_ABS``, ``DEVICE_DISPLAY_NAME``, ``PROCESS_<n>:USER_NAME``/``WORKING_DIR``, ``Hostname``,
+  ``TargetInstallDir``, ``InjectionFilesStoragePath``, ``SoftwareReleaseVersion`` ...;
+- in every other text value (metadata, command lines, GPU and NIC info, diagnostics, and every
+  ``StringIds`` row, referenced or not, except the names the analysis reads) shortens absolute
+  paths to their last component and replaces UUIDs (GPU, session), PCI bus ids, MAC and e-mail
+  addresses, IP addresses and host names (FQDNs) with markers (``<ip>``), and the user and host
+  names the environment names with ``<user>``/``<host>``;
 - blanks captured program output and config files (``ProcessStreams``, ``ANALYSIS_FILE`` content);
-- replaces user and host names found in the environment wherever they remain in metadata;
+- sets the session's local start time to its UTC time (the offset tells the time zone);
+- keeps only the profiled processes (those with GPU, CUDA API, NVTX or OS runtime events) in
+  ``PROCESSES`` and ``ThreadNames`` (nsys lists every process of the host);
 
-then writes the copy with ``VACUUM INTO`` (no free pages keep deleted bytes). Tables the
-analysis reads (GPU activities, runtime, NVTX, OSRT, names they reference) are untouched,
-so the copy analyzes to the same metrics.
+then writes the copy with ``VACUUM INTO`` (no free pages keep deleted bytes). What the analysis
+reads (GPU activities, runtime, NVTX, OSRT, the names they reference) is untouched, so the copy
+analyzes to the same metrics. ``identifying(path)`` (``redact --check``) lists what still looks
+identifying in an export.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
+import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-from ..outputs import atomic_output, check_output
+from ..outputs import atomic_output, check_output, exit_on_sigterm
 from .open import connect_readonly, stat_input
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(%%)?=")
+# Identifying tokens in free text, replaced by a marker (command lines: --master_addr=10.1.2.3).
+TOP_LEVEL = ("com|org|net|edu|gov|mil|int|io|ai|dev|app|cloud|info|biz|local|localdomain|internal|lan|corp|"
+             "cluster|home|us|uk|de|fr|ch|nl|se|fi|no|dk|it|es|pl|cz|at|be|jp|cn|kr|tw|in|au|ca|br|ru|il|sg")
+IDENTIFIERS = (
+    ("<uuid>", re.compile(r"(?i)(?<![0-9a-f-])(?:GPU-|MIG-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                          r"[0-9a-f]{12}(?![0-9a-f-])")),
+    ("<pci>", re.compile(r"(?i)(?<![\w:])(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7](?![\w.])")),
+    ("<mac>", re.compile(r"(?i)(?<![\w:])(?:[0-9a-f]{2}[:-]){5}[0-9a-f]{2}(?![\w:])")),
+    ("<email>", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
+    ("<ip>", re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])|(?i:(?<![\w:])(?:[0-9a-f]{1,4}:){7}[0-9a-f]{1,4}"
+                        r"(?![\w:])|(?<![\w:])(?:[0-9a-f]{1,4}:){1,6}:"
+                        r"(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:]))")),
+    ("<host>", re.compile(rf"(?i)(?<![\w.-])(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+(?:{TOP_LEVEL})(?![\w.-])")),
+)
+# A user's home directory, also when the user name has spaces (PATH_DIRS stops at a space).
+HOME_DIR = re.compile(r"(?<![\w.~$-])/(?:home|Users)/[^/]+/")
 # An absolute POSIX path's directory part, or a Windows one (C:\dir\), up to the last separator.
 PATH_DIRS = re.compile(r"(?<![\w.~$-])(?:~|[A-Za-z]:)?/[^\s\"'`;:,=|()<>]*/|(?<!\w)[A-Za-z]:\\(?:[^\s\"'`;,=|\\]+\\)+")
 
@@ -40,7 +64,23 @@ BLANK_META = ("EXPORT_HOST", "EXPORT_USER", "%PATH_ABS", "DEVICE_DISPLAY_NAME", 
               "%WORKING_DIR%", "%:USER", "%CWD%")
 # TARGET_INFO_SYSTEM_ENV names whose value is blanked.
 BLANK_SYSTEM_ENV = ("DeviceEnvironment", "Hostname", "%HostName%", "%UserName%", "%User", "TargetInstallDir",
-                    "InjectionFilesStoragePath", "%Environment%", "%WorkingDir%")
+                    "InjectionFilesStoragePath", "%Environment%", "%WorkingDir%", "SoftwareReleaseVersion",
+                    "%KernelRelease%", "%KernelVersion%")
+# StringIds the analysis reads (names of kernels, API calls, NVTX ranges, OS calls): never changed, so the
+# copy analyzes to the same metrics. (table, column) pairs; plus values LIKE these (looked up by pattern).
+ANALYSIS_STRINGS = (("CUPTI_ACTIVITY_KIND_KERNEL", "shortName"), ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+                    ("CUPTI_ACTIVITY_KIND_KERNEL", "mangledName"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
+                    ("NVTX_EVENTS", "textId"), ("OSRT_API", "nameId"))
+ANALYSIS_STRING_PATTERNS = ("cu%", "nccl%")
+# Tables whose text is left as is: the analysis reads it (NVTX names), or it is nsys's own (enums).
+VERBATIM_TABLES = ("NVTX_EVENTS", "StringIds", "ENUM_%")
+# Tables whose rows name one process (globalPid) or thread (globalTid): only the profiled ones are kept.
+PROCESS_TABLES = (("PROCESSES", "globalPid"), ("ThreadNames", "globalTid"))
+# Where profiled processes show: (table, column holding a globalPid or globalTid).
+PROFILED_IN = (("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+               ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+               ("NVTX_EVENTS", "globalTid"), ("OSRT_API", "globalTid"))
+PID_MASK = ~0xFFFFFF  # globalTid → globalPid: the thread id is the low 24 bits
 META_TABLES = ("META_DATA_CAPTURE", "META_DATA_EXPORT", "EXPORT_META_DATA")
 # Environment variables whose values name the user or the host (to scrub them where they remain).
 USER_VARS = ("USER", "LOGNAME", "USERNAME", "SLURM_JOB_USER", "SUDO_USER")
@@ -53,8 +93,16 @@ IN_MEMORY_MAX_BYTES = 4 << 30  # larger exports are redacted in a scratch file
 
 
 def shorten_paths(text: str | None) -> str | None:
-    """Absolute paths in ``text`` reduced to their last component ('/home/a/x/train.py' → 'train.py')."""
-    return text if not text else PATH_DIRS.sub("", text)
+    """Absolute paths in ``text`` reduced to their last component ('/home/a/x/train.py' → 'train.py'),
+    home directories first (so '/home/Jane Doe/x/a.py' loses the user name too)."""
+    return text if not text else PATH_DIRS.sub("", HOME_DIR.sub("/", text))
+
+
+def replace_identifiers(text: str) -> str:
+    """UUIDs, PCI bus ids, MAC and e-mail addresses, IP addresses and host names (FQDNs) → markers."""
+    for mark, pattern in IDENTIFIERS:
+        text = pattern.sub(mark, text)
+    return text
 
 
 def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) -> dict[str, int]:
@@ -67,18 +115,24 @@ def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) 
     stat_input(src_p)
     dst_p = check_output(dst, [src_p], force)
     source = connect_readonly(src_p)
-    scratch = dst_p.with_name(f".{dst_p.name}.redact-scratch")
-    big = src_p.stat().st_size > IN_MEMORY_MAX_BYTES
-    if big:
-        scratch.unlink(missing_ok=True)
-    mem = sqlite3.connect(scratch if big else ":memory:")
+    with contextlib.ExitStack() as stack:
+        stack.callback(source.close)
+        if src_p.stat().st_size > IN_MEMORY_MAX_BYTES:  # scratch copy in a private (0700) temporary folder,
+            stack.enter_context(exit_on_sigterm())      # removed on any exit, SIGTERM and Ctrl-C included
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nsysanalyze-redact-"))) / "copy"
+        else:
+            scratch = ":memory:"
+        return _redact_copy(source, src_p, dst_p, scratch)
+
+
+def _redact_copy(source: sqlite3.Connection, src_p: Path, dst_p: Path, scratch) -> dict[str, int]:
+    """Copy ``source`` into ``scratch`` (a path, or ':memory:'), redact it there, write ``dst_p``."""
+    mem = sqlite3.connect(scratch)
     try:
         try:
             source.backup(mem)
         except sqlite3.DatabaseError as e:
             raise InputError(f"{src_p}: cannot copy this SQLite file ({e})") from None
-        finally:
-            source.close()
         tables = {r[0] for r in mem.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables & {"StringIds", *META_TABLES}:
             raise InputError(f"{src_p}: SQLite file is not an Nsight Systems export (no nsys tables)")
@@ -91,8 +145,6 @@ def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) 
             raise InputError(f"{dst_p}: cannot write the redacted copy ({e})") from None
     finally:
         mem.close()
-        if big:
-            scratch.unlink(missing_ok=True)
     return removed
 
 
@@ -162,7 +214,7 @@ def _scrubber(users: set[str], hosts: set[str]):
             return text
         if text in short:
             return short[text]
-        text = shorten_paths(text)
+        text = replace_identifiers(shorten_paths(text))
         for pat, mark in pats:
             text = pat.sub(mark, text)
         return text
@@ -176,9 +228,9 @@ def _like_any(column: str, patterns: tuple[str, ...]) -> str:
 def _redact_in_place(conn: sqlite3.Connection, tables: set[str]) -> dict[str, int]:
     """All removals on an open writable copy; returns counts by kind."""
     users, hosts = _identities(conn, tables)
-    conn.create_function("nsa_scrub", 1, _scrubber(users, hosts), deterministic=True)
+    conn.create_function("nsa_scrub_bytes", 1, _on_bytes(_scrubber(users, hosts)), deterministic=True)
     out = dict.fromkeys(("environment_variables", "environment_strings", "system_env_values", "metadata_values",
-                         "captured_files", "values_scrubbed"), 0)
+                         "captured_files", "values_scrubbed", "other_processes"), 0)
     if "META_DATA_CAPTURE" in tables:
         out["environment_variables"] = _changes(
             conn, "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%'")
@@ -197,26 +249,52 @@ def _redact_in_place(conn: sqlite3.Connection, tables: set[str]) -> dict[str, in
         conn.executemany("UPDATE StringIds SET value = '' WHERE id = ?", [(i,) for i in env_ids])
         out["environment_strings"] = len(env_ids)
         out["captured_files"] += _blank_referenced_strings(conn, tables)
-        out["values_scrubbed"] += _scrub_referenced_strings(conn, tables)
+        out["values_scrubbed"] += _scrub_strings(conn, tables)
     if "ANALYSIS_FILE" in tables and "content" in _columns(conn, "ANALYSIS_FILE"):
         out["captured_files"] += _changes(conn, "UPDATE ANALYSIS_FILE SET content = '' WHERE content <> ''")
+    if "TARGET_INFO_SESSION_START_TIME" in tables and {"localTime", "utcTime"} <= _columns(
+            conn, "TARGET_INFO_SESSION_START_TIME"):  # the local time tells the time zone
+        out["metadata_values"] += _changes(conn, "UPDATE TARGET_INFO_SESSION_START_TIME SET localTime = utcTime "
+                                                 "WHERE localTime IS NOT utcTime")
+    out["other_processes"] = _keep_profiled_processes(conn, tables)
     for table, column in _free_text_columns(conn, tables):
         out["values_scrubbed"] += _changes(
-            conn, f"UPDATE {_q(table)} SET {_q(column)} = nsa_scrub({_q(column)}) "
-                  f"WHERE {_q(column)} IS NOT nsa_scrub({_q(column)})")
+            conn, f"UPDATE {_q(table)} SET {_q(column)} = {_scrubbed(column)} "
+                  f"WHERE typeof({_q(column)}) = 'text' AND {_q(column)} IS NOT {_scrubbed(column)}")
     return out
 
 
 def _free_text_columns(conn: sqlite3.Connection, tables: set[str]) -> list[tuple[str, str]]:
-    """Metadata text columns (never read by the analysis) to scrub for paths and names."""
-    wanted = {t: ("value",) for t in (*META_TABLES, "TARGET_INFO_SYSTEM_ENV")}
-    wanted.update({"DIAGNOSTIC_EVENT": ("text",), "ANALYSIS_FILE": ("filename",)})
-    return [(t, c) for t, cols in wanted.items() if t in tables for c in cols if c in _columns(conn, t)]
+    """Text columns to scrub for paths, names and identifiers: every column declared as text (or untyped)
+    of every table but VERBATIM_TABLES."""
+    keep = re.compile("|".join(p.replace("%", ".*") for p in VERBATIM_TABLES))
+    return [(t, r[1]) for t in sorted(tables) if not keep.fullmatch(t)
+            for r in conn.execute(f"PRAGMA table_info({_q(t)})")
+            if not r[2] or any(k in r[2].upper() for k in ("TEXT", "CHAR", "CLOB"))]
+
+
+def _keep_profiled_processes(conn: sqlite3.Connection, tables: set[str]) -> int:
+    """Delete the rows of processes (and their threads) that did not run any traced work: nsys lists
+    every process of the host. Returns how many processes were removed."""
+    sources = [f"SELECT DISTINCT {_q(c)} & {PID_MASK} FROM {_q(t)}" for t, c in PROFILED_IN
+               if t in tables and c in _columns(conn, t)]
+    if not sources:
+        return 0
+    conn.execute(f"CREATE TEMP TABLE nsa_profiled AS {' UNION '.join(sources)}")
+    removed = 0
+    for table, column in PROCESS_TABLES:
+        if table in tables and column in _columns(conn, table):
+            n = _changes(conn, f"DELETE FROM {_q(table)} WHERE ({_q(column)} & {PID_MASK}) "
+                               "NOT IN (SELECT * FROM nsa_profiled)")
+            removed += n if table == "PROCESSES" else 0
+    conn.execute("DROP TABLE nsa_profiled")
+    return removed
 
 
 def _string_refs(conn: sqlite3.Connection, tables: set[str], pairs: list[tuple[str, str]]) -> str:
     """SQL: ids of StringIds referenced by the (table, column) pairs that exist."""
-    parts = [f"SELECT {_q(c)} FROM {_q(t)}" for t, c in pairs if t in tables and c in _columns(conn, t)]
+    parts = [f"SELECT {_q(c)} FROM {_q(t)} WHERE {_q(c)} IS NOT NULL"  # NOT IN (..., NULL) matches nothing
+             for t, c in pairs if t in tables and c in _columns(conn, t)]
     return " UNION ".join(parts) if parts else "SELECT NULL WHERE 0"
 
 
@@ -226,10 +304,77 @@ def _blank_referenced_strings(conn: sqlite3.Connection, tables: set[str]) -> int
     return _changes(conn, f"UPDATE StringIds SET value = '' WHERE id IN ({refs}) AND value <> ''")
 
 
-def _scrub_referenced_strings(conn: sqlite3.Connection, tables: set[str]) -> int:
-    """Shorten paths / replace names in file and module names (captured file names, callchain modules)."""
-    pairs = [("ProcessStreams", "filenameId")]
-    pairs += [(t, "module") for t in sorted(tables) if t.endswith("CALLCHAINS")]
-    refs = _string_refs(conn, tables, pairs)
-    return _changes(conn, f"UPDATE StringIds SET value = nsa_scrub(value) "
-                          f"WHERE id IN ({refs}) AND value IS NOT nsa_scrub(value)")
+def _scrub_strings(conn: sqlite3.Connection, tables: set[str]) -> int:
+    """Shorten paths and replace names and identifiers in every StringIds value, referenced or not,
+    except the names the analysis reads (ANALYSIS_STRINGS, ANALYSIS_STRING_PATTERNS)."""
+    return _changes(conn, f"UPDATE StringIds SET value = {_scrubbed('value')} "
+                          f"WHERE NOT {_read_by_analysis(conn, tables)} "
+                          f"AND typeof(value) = 'text' AND value IS NOT {_scrubbed('value')}")
+
+
+def _read_by_analysis(conn: sqlite3.Connection, tables: set[str]) -> str:
+    """SQL condition on a StringIds row: the analysis reads it (ANALYSIS_STRINGS, or a name like
+    ANALYSIS_STRING_PATTERNS: API and NCCL kernel names, which hold no space)."""
+    like = " OR ".join(f"value LIKE '{p}'" for p in ANALYSIS_STRING_PATTERNS)
+    return (f"(id IN ({_string_refs(conn, tables, list(ANALYSIS_STRINGS))}) "
+            f"OR (({like}) AND instr(value, ' ') = 0))")
+
+
+def _scrubbed(column: str) -> str:
+    """SQL: the text of ``column`` through the scrubber, byte for byte (invalid UTF-8 kept as it is)."""
+    return f"CAST(nsa_scrub_bytes(CAST({_q(column)} AS BLOB)) AS TEXT)"
+
+
+def _on_bytes(fn, text_result: bool = True):
+    """A function of str as an SQL function on the raw bytes of a TEXT value (CAST AS BLOB): decoded with
+    surrogateescape, so undecodable bytes pass through unchanged; a str result goes back as those bytes."""
+    def call(raw):
+        if not isinstance(raw, bytes):
+            return raw
+        out = fn(raw.decode("utf-8", "surrogateescape"))
+        return out.encode("utf-8", "surrogateescape") if text_result and isinstance(out, str) else out
+    return call
+
+
+def identifying(path: str | os.PathLike, limit: int = 20) -> tuple[int, list[tuple[str, str, str, bool]]]:
+    """What in the export at ``path`` still looks identifying (``redact --check``): the number of values,
+    and up to ``limit`` of them as (where, kind, value, kept), ``kept`` when redact leaves it because the
+    analysis reads it (kernel, API and NVTX range names). Kinds: environment, path, the IDENTIFIERS
+    markers (uuid, pci, mac, email, ip, host) and the user and host names the export itself names."""
+    conn = connect_readonly(path)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        users, hosts = _identities(conn, tables)
+        conn.create_function("nsa_flag", 1, _on_bytes(_flagger(users, hosts), text_result=False), deterministic=True)
+        columns = [("StringIds", "value")] if "StringIds" in tables else []
+        columns += [(t, c) for t, c in _free_text_columns(conn, tables) if t != "StringIds"]
+        if "NVTX_EVENTS" in tables and "text" in _columns(conn, "NVTX_EVENTS"):
+            columns.append(("NVTX_EVENTS", "text"))
+        count, found = 0, []
+        for table, column in columns:
+            flag = f"nsa_flag(CAST({_q(column)} AS BLOB))"
+            kept = (_read_by_analysis(conn, tables) if table == "StringIds" else
+                    "1" if table == "NVTX_EVENTS" else "0")
+            sql = f"FROM {_q(table)} WHERE typeof({_q(column)}) = 'text' AND {flag} IS NOT NULL"
+            count += conn.execute(f"SELECT count(*) {sql}").fetchone()[0]
+            for rowid, kind, value, analysis in conn.execute(
+                    f"SELECT rowid, {flag}, {_q(column)}, {kept} {sql} LIMIT ?", (limit - len(found),)):
+                found.append((f"{table}.{column} (row {rowid})", kind, str(value), bool(analysis)))
+        return count, found
+    finally:
+        conn.close()
+
+
+def _flagger(users: set[str], hosts: set[str]):
+    """text → the kind of identifying thing it holds (see ``identifying``), or None."""
+    names = [(re.compile(rf"(?<![\w.-]){re.escape(t)}(?![\w-])"), kind)
+             for group, kind in ((users, "user name"), (hosts, "host name")) for t in group if len(t) >= MIN_TOKEN]
+    patterns = [(PATH_DIRS, "path"), *((p, mark.strip("<>")) for mark, p in IDENTIFIERS), *names]
+
+    def flag(text):
+        if not isinstance(text, str) or not text:
+            return None
+        if "\0" in text and any(ENV_ASSIGNMENT.match(part) for part in text.split("\0")):
+            return "environment"
+        return next((kind for pattern, kind in patterns if pattern.search(text)), None)
+    return flag
