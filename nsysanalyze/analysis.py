@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -412,17 +412,10 @@ class Analysis:
 
     # ---- everything, as plain data --------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON contract (see README): format_version, trace, notes, summary, steps, subranges, gaps, findings."""
-        return {
-            "format_version": FORMAT_VERSION,
-            "trace": asdict(self.info),
-            "notes": self.notes,
-            "summary": {"devices": _records(self._summary_for_json())},
-            "steps": _records(self._steps_metrics),
-            "subranges": _records(self.subranges()),
-            "gaps": _records(self.where_gpu_waited()),
-            "findings": [f.to_dict() for f in self.findings()],
-        }
+        """The JSON contract (docs/json.md): built by :func:`nsysanalyze.render.contract.report`."""
+        from .render.contract import report
+
+        return report(self)
 
     def where_gpu_waited(self) -> pd.DataFrame:
         """Per (process, device): the idle-gap attribution the rules read — GPU idle ns per cause (median per
@@ -431,13 +424,6 @@ class Analysis:
         rows = [ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope) for ev in self.evidence()]
         cols = ["globalPid", "deviceId", "scope", *A.SUMMARY_COLUMNS]
         return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
-
-    def _summary_for_json(self) -> pd.DataFrame:
-        """Summary with the contract's names: device, gpu_idle_fraction (whole capture)."""
-        s = self._summary
-        if s.empty:
-            return s
-        return s.rename(columns={"deviceId": "device", "idle_fraction": "gpu_idle_fraction"})
 
 
 # Host<->device copy metrics the rules read per step from the whole capture (total / steps):
@@ -453,28 +439,12 @@ def copies_per_step(capture: pd.Series, steps: int) -> dict[str, float]:
     return out
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
-    """DataFrame rows as JSON-safe dicts (NaN → None, numpy scalars → Python), built column by column."""
-    if frame.empty:
-        return []
-    columns = []
-    for name in frame.columns:
-        col = frame[name]
-        values = col.to_numpy().tolist() if col.dtype.kind in "iufb" else list(col)
-        missing = col.isna().to_numpy()
-        if missing.any():
-            values = [None if m else v for v, m in zip(values, missing)]
-        columns.append([v.item() if isinstance(v, np.generic) else v for v in values] if col.dtype.kind == "O" else values)
-    names = list(frame.columns)
-    return [dict(zip(names, row)) for row in zip(*columns)]
-
-
-def report(path: str | os.PathLike, step_range: str | None = None) -> dict:
-    """The whole pipeline on one export → its report dict (``Analysis.to_dict``); any failure becomes a
-    one-line InputError naming the file (NSYSANALYZE_DEBUG=1 re-raises unexpected errors)."""
+def run(path: str | os.PathLike, work, step_range: str | None = None):
+    """``work(Analysis)`` on one export; any failure becomes a one-line InputError naming the file
+    (NSYSANALYZE_DEBUG=1 re-raises unexpected errors)."""
     try:
         with Analysis(path, step_range=step_range) as a:
-            return a.to_dict()
+            return work(a)
     except InputError:
         raise
     except sqlite3.DatabaseError as e:
@@ -485,6 +455,11 @@ def report(path: str | os.PathLike, step_range: str | None = None) -> dict:
         if os.environ.get("NSYSANALYZE_DEBUG"):
             raise
         raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
+
+
+def report(path: str | os.PathLike, step_range: str | None = None) -> dict:
+    """The whole pipeline on one export → its report dict (``Analysis.to_dict``); errors as :func:`run`."""
+    return run(path, Analysis.to_dict, step_range)
 
 
 def open(path: str | os.PathLike, step_range: str | None = None) -> Analysis:  # noqa: A001 (mirrors builtins.open)

@@ -7,6 +7,7 @@ Only click is imported up front: the analysis (pandas, numpy, SQLAlchemy) and th
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -14,16 +15,18 @@ from importlib import resources
 from pathlib import Path
 
 import click
+from click.utils import PacifyFlushWrapper
 
 from . import batch
 from .errors import InputError
 from .outputs import atomic_output, check_output
 from .render import json as json_render
-from .render.sanitize import printable
+from .render.sanitize import markdown_text, printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
 from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
+TABLE_FORMATS = click.Choice(["text", "json", "markdown", "csv"])
 EXAMPLE_TRACE = "resnet18_baseline.sqlite"
 
 
@@ -39,8 +42,32 @@ def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
     return report(path, step_range)
 
 
-def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
-    """FILE arguments → SQLite files: a directory stands for the *.sqlite files inside it."""
+def run_analysis(path: str | os.PathLike, work, step_range: str | None):
+    """``work(Analysis)`` on one file (analysis.run: one-line errors naming the file)."""
+    from .analysis import run
+
+    return run(path, work, step_range)
+
+
+def reject_non_export(p: Path) -> None:
+    """Files that are not an export but are often given as one: say what to do with them."""
+    if p.suffix.lower() == ".qdstrm":
+        raise InputError(f"{p}: is an nsys capture stream, not a report: import it with QdstrmImporter (in nsys' "
+                         f"host directory: QdstrmImporter -i {p.name}), then export the .nsys-rep it writes with "
+                         f"`nsys export --type sqlite -o {p.stem}.sqlite {p.stem}.nsys-rep`")
+    try:
+        with p.open("rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return  # missing or unreadable: the trace layer says so
+    if p.suffix.lower() == ".json" or head.startswith(b"{"):
+        raise InputError(f"{p}: is a JSON file (a saved report?); this command needs the nsys SQLite export "
+                         "(nsys export --type sqlite); compare, plot and report also read saved JSON reports")
+
+
+def expand_inputs(files: tuple[str, ...], example: bool, saved_reports: bool = False) -> list[Path]:
+    """FILE arguments → SQLite files: a directory stands for the *.sqlite files inside it; saved JSON
+    reports are accepted only with ``saved_reports`` (plot)."""
     paths = [example_path()] if example else []
     for f in files:
         p = Path(f)
@@ -55,43 +82,81 @@ def expand_inputs(files: tuple[str, ...], example: bool) -> list[Path]:
                 stat_input(q)  # a FIFO or device among them: refused now, never opened
             paths += inside
         else:
+            if not (saved_reports and p.suffix == ".json"):
+                reject_non_export(p)
             paths.append(p)
     if not paths:
         raise click.UsageError("give at least one nsys SQLite export (or --example)")
     return paths
 
 
-def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: int = DEFAULT_MAX_STEPS) -> None:
-    """Print the reports; with "ranks" in ``sections`` and several ranks (several files, or one file
-    holding several processes/GPUs), the cross-rank view follows (JSON: key "ranks"). Text and
-    markdown show at most ``max_steps`` step rows per report (JSON: every step)."""
+def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: int = DEFAULT_MAX_STEPS,
+         top: int | None = None, details: bool = True, per_rank: bool = False) -> None:
+    """Print the reports. With "ranks" in ``sections``, files form jobs (``ranks.jobs``); a job of several
+    ranks (several files, or one file holding several processes/GPUs) is led by its cross-rank view
+    (JSON: key "ranks", and "jobs" for several files), its per-rank reports follow only with ``per_rank``;
+    a file that belongs to no job is printed alone after its note. Text and markdown show at most
+    ``max_steps`` step rows per report (JSON and CSV: every step)."""
     from . import ranks
+    from .render import csv as csv_render
     from .render import markdown as md_render
     from .render import ranks as ranks_render
 
-    view = None
-    if "ranks" in sections and (len(reports) > 1 or (reports and ranks.rank_count(reports[0]) > 1)):
-        view = ranks.cross_rank(reports)
-    if fmt != "json":
+    groups = ranks.jobs(reports) if "ranks" in sections else [{"traces": list(range(len(reports))), "note": None}]
+    for job in groups:
+        mine = [reports[i] for i in job["traces"]]
+        several = len(mine) > 1 or ranks.rank_count(mine[0]) > 1
+        job["view"] = ranks.cross_rank(mine) if "ranks" in sections and several else None
+    if fmt in ("text", "markdown"):
         reports = [capped(r, max_steps) for r in reports]
     if fmt == "json":
-        doc = reports[0] if len(reports) == 1 else {"format_version": reports[0]["format_version"], "traces": reports}
-        if view is not None:
-            doc = {**doc, "ranks": view}
-        click.echo(json_render.render(doc))
+        click.echo(json_render.render(json_doc(reports, groups)))
+    elif fmt == "csv":
+        key = "steps" if "steps" in sections else "summary"
+        rows = [{"trace": r["trace"]["path"], **row} for r in reports
+                for row in (r["steps"] if key == "steps" else r["summary"]["devices"])]
+        click.echo(csv_render.render(rows), nl=False)
     elif fmt == "markdown":
-        text = "\n\n".join(md_render.render(r, sections) for r in reports)
-        click.echo(text + ("\n\n" + ranks_render.render_markdown(view) if view is not None else ""))
+        parts = []
+        for job in groups:
+            mine = [reports[i] for i in job["traces"]]
+            parts += [f"> {markdown_text(job['note'])}"] if job["note"] else []
+            parts += [ranks_render.render_markdown(job["view"], mine, top)] if job["view"] is not None else []
+            parts += [md_render.render(r, sections, top) for r in mine if job["view"] is None or per_rank]
+        click.echo("\n\n".join(parts))
     else:
-        from rich.console import Console
+        from rich.text import Text
 
         from .render import terminal as term_render
 
-        console = Console(highlight=False)
-        for r in reports:
-            term_render.render(r, console, sections)
-        if view is not None:
-            ranks_render.render_text(view, console)
+        console = term_render.stdout_console()
+        for n, job in enumerate(groups):
+            mine, view = [reports[i] for i in job["traces"]], job["view"]
+            if n:
+                console.print()
+            if job["note"]:
+                console.print(Text("note: ", style="yellow") + Text(printable(job["note"])))
+            if view is not None:
+                ranks_render.render_text(view, console, mine, top, details)
+                if not per_rank:
+                    console.print(Text("Each rank's own headline, findings and tables: --per-rank.", style="dim"))
+            for i, r in enumerate(mine if view is None or per_rank else []):
+                if i or view is not None:
+                    console.print()
+                term_render.render(r, console, sections, top, details)
+
+
+def json_doc(reports: list[dict], groups: list[dict]) -> dict:
+    """One report as is (with "ranks" when it holds several ranks); several: "traces", "jobs", and
+    "ranks" when they all form one job."""
+    if len(reports) == 1:
+        view = groups[0]["view"]
+        return reports[0] if view is None else {**reports[0], "ranks": view}
+    doc = {"format_version": reports[0]["format_version"], "traces": reports}
+    if len(groups) == 1 and groups[0]["view"] is not None:
+        doc["ranks"] = groups[0]["view"]
+    doc["jobs"] = [{"traces": j["traces"], "ranks": j["view"], "note": j["note"]} for j in groups]
+    return doc
 
 
 def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = None,
@@ -110,8 +175,30 @@ def analyze_paths(paths: list[Path], step_range: str | None, jobs: int | None = 
                                   on_done=lambda _p: progress.advance(task))
 
 
-STEP_RANGE = click.option("--step-range", metavar="REGEX",
+def _regex(ctx, param, value: str | None) -> str | None:
+    """--step-range: a valid Python regex (re.search on NVTX range names), else a usage error naming it."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise click.BadParameter(f"{value!r} is not a valid regular expression ({e})") from None
+    return value
+
+
+STEP_RANGE = click.option("--step-range", metavar="REGEX", callback=_regex,
                           help="NVTX range name regex that marks a step (default: auto).")
+
+
+def check_step_range(reports: list[dict], step_range: str | None) -> list[dict]:
+    """An explicit --step-range must select steps: else one error line naming the regex and the file."""
+    if step_range is not None:
+        for r in reports:
+            if not r["steps"]:
+                raise InputError(f"{r['trace']['path']}: --step-range {step_range!r} selects no step: no NVTX range "
+                                 "name matches it (re.search), or the matching ranges launched no GPU work")
+    return reports
+
+
 MAX_STEPS = click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True,
                          help="Step rows shown in tables (first and last) and bars in charts (means of "
                               "consecutive steps) beyond this many; JSON keeps every step.")
@@ -127,12 +214,17 @@ NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_o
                             help=f"Longest a .nsys-rep export by nsys may take (default {NSYS_TIMEOUT_S:g}).")
 
 
-def common_options(f):
+def common_options(f, formats=FORMATS):
     f = MAX_STEPS(f)
     f = NSYS_TIMEOUT(STEP_RANGE(f))
-    f = click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")(f)
+    f = click.option("--format", "fmt", type=formats, default="text", show_default=True, help="Output format.")(f)
     f = click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")(f)
     return click.argument("files", nargs=-1)(f)
+
+
+def table_options(f):
+    """common_options with --format csv too (one row per device or step, a ``trace`` column first)."""
+    return common_options(f, TABLE_FORMATS)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -148,29 +240,35 @@ def cli():
 @click.option("--dask", "dask_address", metavar="SCHEDULER_ADDRESS",
               help="Analyze the exports on this Dask cluster instead (pip install 'nsysanalyze[dask]'; "
                    "the workers must see the files at the same paths).")
-def diagnose(files, fmt, step_range, max_steps, example, jobs, dask_address):
-    """Summary, per-step table and ranked findings with fixes.
+@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N", help="Show the first N findings only.")
+@click.option("--details", is_flag=True, help="Also print the summary, per-step, CPU sub-range and idle-cause tables.")
+@click.option("--per-rank", is_flag=True, help="With several ranks: also each rank's own full output.")
+def diagnose(files, fmt, step_range, max_steps, example, jobs, dask_address, top, details, per_rank):
+    """Headline and next step per GPU, ranked findings with fixes; tables with --details.
 
-    Several FILES (or a directory of them: one export per rank) are analyzed in parallel and followed
-    by a cross-rank view: step time per rank, spread, slowest rank, NCCL imbalance, likely straggler.
-    A file holding several processes (torchrun under one nsys) gets the same view, one rank per GPU.
+    Several FILES (or a directory of them: one export per rank) are analyzed in parallel; files that
+    belong to one job are led by a cross-rank view: step time per rank, spread, slowest rank, NCCL
+    imbalance, likely straggler. A file holding several processes (torchrun under one nsys) gets the
+    same view, one rank per GPU.
     """
-    reports = analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address)
-    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), max_steps)
+    reports = check_step_range(analyze_paths(expand_inputs(files, example), step_range, jobs, dask_address), step_range)
+    emit(reports, fmt, ("summary", "steps", "findings", "ranks"), max_steps, top, details, per_rank)
 
 
 @cli.command()
-@common_options
+@table_options
 def summary(files, fmt, step_range, max_steps, example):
     """Whole-capture metrics per device (and per-step medians)."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("summary",), max_steps)
+    reports = check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range)
+    emit(reports, fmt, ("summary",), max_steps)
 
 
 @cli.command()
-@common_options
+@table_options
 def steps(files, fmt, step_range, max_steps, example):
     """Per-step table: GPU window, idle, copies, NCCL, CPU sub-ranges."""
-    emit([analyze(p, step_range) for p in expand_inputs(files, example)], fmt, ("steps",), max_steps)
+    reports = check_step_range([analyze(p, step_range) for p in expand_inputs(files, example)], step_range)
+    emit(reports, fmt, ("steps",), max_steps)
 
 
 FORCE = click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input file).")
@@ -207,10 +305,59 @@ def redact_cmd(ctx, src, dst, force, check):
     click.echo(f"wrote {dst}: removed {what}")
 
 
+def kernel_doc(a, base: bool, top: int | None) -> dict:
+    """The kernel view of one analysis as plain data (docs/json.md, ``kernels``)."""
+    from .kernels import kernel_table
+    from .kernels import top as top_kernels
+    from .render.contract import FORMAT_VERSION, records
+    from .trace.tables import kernel_name_column
+
+    table = kernel_table(a, base)
+    procs = [{"globalPid": int(p.globalPid), "pid": int(p.pid), "name": str(p.name)}
+             for p in a.trace.processes.itertuples() if p.globalPid in set(table["globalPid"])]
+    devices = table.groupby(["globalPid", "deviceId"], sort=False).agg(kernel_ns=("total_ns", "sum"),
+                                                                      kernel_names=("name", "size"))
+    return {"format_version": FORMAT_VERSION, "trace": {"path": str(a.trace.source), "processes": procs},
+            "name_column": kernel_name_column(a.trace.schema, base),
+            "devices": records(devices.reset_index()), "kernels": records(top_kernels(table, top))}
+
+
+@cli.command("kernels")
+@click.argument("files", nargs=-1)
+@click.option("--format", "fmt", type=TABLE_FORMATS, default="text", show_default=True, help="Output format.")
+@click.option("--top", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
+              help="Kernels shown per process/GPU (0: all).")
+@click.option("--base", is_flag=True, help="Short kernel names (as nsys stats --base) instead of demangled ones.")
+@click.option("--example", is_flag=True, help="Analyze the real trace bundled with nsysanalyze.")
+@STEP_RANGE
+def kernels_cmd(files, fmt, top, base, example, step_range):
+    """Top kernels per process/GPU by total time: count, total/mean/median/min/max, share, per step.
+
+    Names as `nsys stats -r cuda_gpu_kern_sum` shows them (demangled; --base for short names).
+    """
+    from .render import csv as csv_render
+    from .render import kernels as kernels_render
+    from .render import terminal as term_render
+
+    docs = [run_analysis(p, lambda a: kernel_doc(a, base, top), step_range) for p in expand_inputs(files, example)]
+    if fmt == "json":
+        out = docs[0] if len(docs) == 1 else {"format_version": docs[0]["format_version"], "traces": docs}
+        click.echo(json_render.render(out))
+    elif fmt == "csv":
+        click.echo(csv_render.render([{"trace": d["trace"]["path"], **k} for d in docs for k in d["kernels"]]), nl=False)
+    elif fmt == "markdown":
+        click.echo("\n".join(kernels_render.render_markdown(d) for d in docs))
+    else:
+        console = term_render.stdout_console()
+        for d in docs:
+            kernels_render.render_text(d, console)
+
+
 def load_report(path: str, step_range: str | None) -> dict:
     """A report dict from an nsys export, or from a saved ``--format json`` report (*.json, checked)."""
     if not str(path).endswith(".json"):
-        return analyze(path, step_range)
+        reject_non_export(Path(path))
+        return check_step_range([analyze(path, step_range)], step_range)[0]
     from .saved_report import read_report
 
     return read_report(path)
@@ -222,7 +369,8 @@ def _gate_names_epilog() -> str:
     names = ", ".join(m.name for m in METRICS)
     return ("\b\nGate EXPR: NAME OP VALUE, OP one of > >= < <=. Signed VALUE = change from BASE to NEW "
             "(+5% relative, +0.03 or +2ms absolute); unsigned VALUE = NEW's own level (0.3, 40%, 120ms, 1GB). "
-            "Step medians when both traces have steps, else whole-capture values.\n\b\n"
+            "Step medians when both traces have steps, else whole-capture values. "
+            "'kernel:TEXT' gates the time of the kernels whose name contains TEXT, e.g. 'kernel:gemm>+10%'.\n\b\n"
             f"Gate metric names: {names}")
 
 
@@ -239,14 +387,18 @@ class GateNamesCommand(click.Command):
 @click.argument("new")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
               help="Exit 1 when this gate trips, e.g. 'step_time>+5%' (repeatable).")
+@click.option("--allow-missing", is_flag=True,
+              help="A gate on a metric not captured in a trace (null: n/a) does not fail the comparison.")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @STEP_RANGE
 @NSYS_TIMEOUT
 @click.pass_context
-def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
-    """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, findings.
+def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
+    """Compare BASE and NEW (nsys exports or saved JSON reports): per-metric deltas, gates, kernel movers,
+    findings.
 
-    Exit status: 0 no gate tripped, 1 a gate tripped, 2 bad input or a malformed gate.
+    Exit status: 0 no gate tripped, 1 a gate tripped (or is n/a: its metric was not captured, unless
+    --allow-missing), 2 bad input or a malformed gate.
     """
     from .compare import GateError, compare, parse_gate
     from .render import compare as compare_render
@@ -259,15 +411,15 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
     for path, r in zip((base, new), reports):
         if gates and not r["summary"]["devices"]:
             raise InputError(f"{path}: no GPU activity in this export, nothing to gate on")
-    result = compare(*reports, gates)
+    result = compare(*reports, gates, allow_missing)
     if fmt == "json":
         click.echo(json_render.render(result))
     elif fmt == "markdown":
         click.echo(compare_render.render_markdown(result), nl=False)
     else:
-        from rich.console import Console
+        from .render import terminal as term_render
 
-        compare_render.render_text(result, Console(highlight=False))
+        compare_render.render_text(result, term_render.stdout_console())
     if result["tripped"]:
         ctx.exit(1)
 
@@ -275,12 +427,15 @@ def compare_cmd(ctx, base, new, fail_on, fmt, step_range):
 @cli.command("plot")
 @click.argument("files", nargs=-1, required=True)
 @click.option("-o", "--output", "out", required=True, metavar="OUT.png|OUT.svg", help="Image file to write.")
+@click.option("--label", "labels", multiple=True, metavar="TEXT",
+              help="Name of each FILE's panel, in order (repeat once per file: --label before --label after).")
 @FORCE
 @STEP_RANGE
 @MAX_STEPS
 @NSYS_TIMEOUT
-def plot_cmd(files, out, force, step_range, max_steps):
-    """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms).
+def plot_cmd(files, out, labels, force, step_range, max_steps):
+    """Stacked bars per step (compute, copies hidden/exposed, NCCL overlapped/exposed, idle; ms), the
+    median step as a dashed line; segments too small to see get a line in their colour.
 
     Several FILES are drawn side by side (before/after). A trace without steps is drawn as its
     whole capture, one bar per GPU. FILES may be nsys exports or saved JSON reports.
@@ -289,36 +444,57 @@ def plot_cmd(files, out, force, step_range, max_steps):
 
     if not out.lower().endswith(plot.FORMATS):
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
-    paths = expand_inputs(files, False)
+    paths = expand_inputs(files, False, saved_reports=True)
+    if labels and len(labels) != len(paths):
+        raise click.UsageError(f"--label given {len(labels)} time(s) for {len(paths)} file(s): give one per file")
     target = check_output(out, paths, force)
     reports = [binned(load_report(str(p), step_range), max_steps) for p in paths]
     with atomic_output(target) as tmp:
-        plot.save(reports, tmp)
+        plot.save(reports, tmp, list(labels) or None)
     click.echo(f"wrote {out}")
 
 
 @cli.command("report")
-@click.argument("file")
+@click.argument("files", metavar="FILE...", nargs=-1, required=True)
 @click.option("--baseline", metavar="BASE", help="Compare with this trace (or saved JSON report).")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.html", help="HTML file to write.")
 @FORCE
 @STEP_RANGE
 @MAX_STEPS
 @NSYS_TIMEOUT
-def report_cmd(file, baseline, out, force, step_range, max_steps):
-    """One self-contained HTML page: header, notes, summary, per-step chart, findings, comparison."""
+def report_cmd(files, baseline, out, force, step_range, max_steps):
+    """One self-contained HTML page: verdict, findings, a timeline of one steady step, per-step chart,
+    comparison, tables. Several FILEs (ranks of one job) give one page led by the cross-rank view."""
+    from . import ranks
     from .compare import compare
     from .render import html as html_render
     from .render import plot
 
-    target = check_output(out, [file, baseline] if baseline else [file], force)
-    new = load_report(file, step_range)
-    base = load_report(baseline, step_range) if baseline else None
-    chart = plot.svg([binned(r, max_steps) for r in ([base, new] if base else [new])])
-    page = html_render.render(capped(new, max_steps), chart, compare(base, new) if base else None)
+    target = check_output(out, [*files, baseline] if baseline else list(files), force)
+    reports = [load_report(f, step_range) for f in files]
+    timelines = [step_timeline_of(f, r, step_range) for f, r in zip(files, reports)]
+    if len(reports) == 1:
+        base = load_report(baseline, step_range) if baseline else None
+        chart = plot.svg([binned(r, max_steps) for r in ([base, reports[0]] if base else reports)])
+        page = html_render.render(capped(reports[0], max_steps), chart, compare(base, reports[0]) if base else None,
+                                  timelines[0])
+    else:
+        if baseline:
+            raise click.UsageError("--baseline compares one FILE with BASE; give one FILE")
+        page = html_render.render_ranks([capped(r, max_steps) for r in reports], ranks.cross_rank(reports),
+                                        [plot.svg([binned(r, max_steps)]) for r in reports], timelines)
     with atomic_output(target) as tmp:
         tmp.write_text(page, encoding="utf-8")
     click.echo(f"wrote {out}")
+
+
+def step_timeline_of(path: str, report: dict, step_range: str | None) -> dict | None:
+    """The lanes of one steady step (``nsysanalyze.timeline``), or None for a saved JSON report."""
+    from .timeline import step_timeline
+
+    if str(path).endswith(".json"):
+        return None
+    return run_analysis(path, lambda a: step_timeline(a.trace, report), step_range)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -336,7 +512,9 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as e:
         click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
         rc = 2
-    except BrokenPipeError:
-        sys.stderr.close()
+    except BrokenPipeError:  # the reader (| head) went away: quiet, and not the exit code of a tripped gate
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = 0
+    except SystemExit as e:  # click turns a broken pipe into exit 1 after wrapping the streams
+        rc = 0 if isinstance(sys.stdout, PacifyFlushWrapper) else e.code
     sys.exit(rc or 0)

@@ -14,7 +14,14 @@ A signed VALUE (``+5%``, ``-0.03``, ``+2ms``) is a change from BASE to NEW: rela
 absolute otherwise. An unsigned VALUE (``0.3``, ``40%``, ``120ms``, ``1GB``) is a threshold on
 NEW's value itself. Times and sizes need a unit (ns us ms s; B kB MB GB) unless the VALUE is a
 relative change; for fractions an unsigned % is a level (``40%`` = 0.4). A gate uses the step
-medians when both traces have steps, otherwise the whole-capture values. Metric names: ``METRICS``.
+medians when both traces have steps, otherwise the whole-capture values. Metric names: ``METRICS``,
+and ``kernel:TEXT`` for the time of the kernels whose name contains TEXT (case-sensitive substring;
+per step: the matching kernels' ``per_step_ns`` summed, averaged over devices; whole capture: their
+``total_ns`` summed), e.g. ``kernel:gemm>+10%``.
+
+A gate on a metric that is null in either trace (not captured, e.g. munmap without OS runtime
+tracing) is ``n/a`` and fails the comparison unless ``allow_missing``; a gate on medians of fewer
+than ``MIN_STEADY_STEPS`` steady steps is evaluated with a warning in the notes.
 """
 from __future__ import annotations
 
@@ -92,6 +99,12 @@ GATE_MAX = 1e18  # largest gate threshold in a metric's unit (ns: 31 years; byte
 OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
 
 
+KERNEL_PREFIX = "kernel:"
+KERNEL_GATE = re.compile(r"^\s*kernel:(?P<text>.+?)\s*(?P<rest>(?:>=|<=|>|<)\s*[+-]?\s*[\d.].*)$")
+MIN_STEADY_STEPS = 3
+TOP_KERNEL_MOVERS = 10
+
+
 class GateError(ValueError):
     """A malformed --fail-on expression (the message is one line)."""
 
@@ -109,6 +122,11 @@ class Gate:
 
 def parse_gate(expr: str) -> Gate:
     """Parse ``step_time>+5%`` and friends; raise GateError with a one-line reason."""
+    kernel = KERNEL_GATE.match(expr)
+    if kernel:  # the VALUE is read as for kernel_time (ns); the metric is the kernels matching TEXT
+        gate = parse_gate("kernel_time" + kernel["rest"])
+        return Gate(expr=expr.strip(), metric=KERNEL_PREFIX + kernel["text"], op=gate.op, kind=gate.kind,
+                    threshold=gate.threshold)
     m = GATE.match(expr)
     if not m:
         raise GateError(f"malformed --fail-on expression {expr!r}: expected NAME OP VALUE, "
@@ -130,7 +148,7 @@ def parse_gate(expr: str) -> Gate:
                             f"write a change as '{name}{m['op']}+{m['num']}%'")
     else:
         units = UNIT_SCALE[metric.unit]
-        if (unit or units) and unit not in units:
+        if (unit or (units and value != 0)) and unit not in units:  # 0 needs no unit
             known = ", ".join(units) or "none"
             what = f"unit {m['unit']!r} does not fit" if unit else "give a unit for"
             raise GateError(f"--fail-on {expr!r}: {what} {name} ({metric.unit}; units: {known})")
@@ -166,9 +184,57 @@ def _whole(devices: pd.DataFrame, m: Metric) -> float:
     if m.name == "cpu_step_time":
         return math.nan  # the capture has no CPU step
     if m.is_ratio:
-        den = float(devices[m.den].sum())
-        return float(devices[m.num].sum()) / den if den > 0 else math.nan
-    return float(devices[m.column].sum()) if m.column in devices else math.nan
+        den = _sum(devices, m.den)
+        return _sum(devices, m.num) / den if den > 0 else math.nan
+    return _sum(devices, m.column)
+
+
+def _sum(devices: pd.DataFrame, column: str) -> float:
+    """Sum of a column over devices; NaN when absent or null on every device (not captured)."""
+    if column not in devices:
+        return math.nan
+    return float(pd.to_numeric(devices[column], errors="coerce").sum(min_count=1))
+
+
+def kernel_values(report: dict, text: str) -> dict[str, float]:
+    """``step`` and ``whole`` time (ns) of the kernels whose name contains ``text`` (see the module
+    docstring); NaN when the report has no kernel view (a report saved before it existed)."""
+    kernels = pd.DataFrame(report.get("kernels") or [])
+    if kernels.empty:
+        return {"step": math.nan, "whole": math.nan}
+    mine = kernels[kernels["name"].str.contains(text, regex=False)]
+    per_device = mine.groupby(["globalPid", "deviceId"])["per_step_ns"].sum(min_count=1)
+    devices = kernels.groupby(["globalPid", "deviceId"])["per_step_ns"].count()
+    step = per_device.reindex(devices[devices > 0].index).fillna(0.0).mean() if (devices > 0).any() else math.nan
+    return {"step": float(step), "whole": float(mine["total_ns"].sum())}
+
+
+def kernel_movers(base: dict, new: dict, scope: str, limit: int = TOP_KERNEL_MOVERS) -> list[dict]:
+    """Kernel names whose time changed most (absolute), per step or whole capture, summed over devices."""
+    column = "per_step_ns" if scope == "step" else "total_ns"
+
+    def by_name(report):
+        k = pd.DataFrame(report.get("kernels") or [])
+        return k.groupby("name")[column].sum(min_count=1) if len(k) else pd.Series(dtype=float)
+
+    b, n = by_name(base), by_name(new)
+    both = pd.DataFrame({"base": b, "new": n}).fillna(0.0)
+    if both.empty:
+        return []
+    both["abs"] = both["new"] - both["base"]
+    both = both.reindex(both["abs"].abs().sort_values(ascending=False, kind="stable").index).head(limit)
+    out = []
+    for name, row in both.iterrows():
+        d_abs, d_rel = delta(row["base"], row["new"])
+        out.append({"name": name, "base_ns": _num(row["base"]), "new_ns": _num(row["new"]), "abs": _num(d_abs),
+                    "rel": _num(d_rel)})
+    return out
+
+
+def steady_step_count(report: dict) -> int:
+    """The fewest steady steps of any (process, device) of the report (0 without steps)."""
+    steps = steady_steps(pd.DataFrame(report.get("steps") or []))
+    return int(steps.groupby(["globalPid", "deviceId"]).size().min()) if len(steps) else 0
 
 
 def has_steps(report: dict) -> bool:
@@ -191,14 +257,26 @@ def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def evaluate(gate: Gate, values_base: pd.DataFrame, values_new: pd.DataFrame, scope: str) -> dict:
-    """One gate's verdict: the measured quantity, and whether it tripped (None: metric unavailable)."""
-    b, n = values_base.at[gate.metric, scope], values_new.at[gate.metric, scope]
+def gate_values(gate: Gate, report: dict, values: pd.DataFrame, scope: str) -> float:
+    """The value a gate reads from one report."""
+    if gate.metric.startswith(KERNEL_PREFIX):
+        return kernel_values(report, gate.metric[len(KERNEL_PREFIX):])[scope]
+    return values.at[gate.metric, scope]
+
+
+def evaluate(gate: Gate, b: float, n: float, scope: str) -> dict:
+    """One gate's verdict from the BASE and NEW values: the measured quantity, whether it tripped
+    (None: a value is null, the verdict is ``n/a``)."""
     d_abs, d_rel = delta(b, n)
     measured = {"relative": d_rel, "absolute": d_abs, "level": n}[gate.kind]
-    tripped = None if _missing(measured) else bool(OPS[gate.op](measured, gate.threshold))
-    return {**asdict(gate), "scope": scope, "unit": BY_NAME[gate.metric].unit, "base": _num(b), "new": _num(n),
-            "measured": _num(measured), "tripped": tripped}
+    missing = _missing(b) or _missing(n) if gate.kind != "level" else _missing(n)
+    tripped = None if missing or _missing(measured) else bool(OPS[gate.op](measured, gate.threshold))
+    unit = NS if gate.metric.startswith(KERNEL_PREFIX) else BY_NAME[gate.metric].unit
+    return {**asdict(gate), "scope": scope, "unit": unit, "base": _num(b), "new": _num(n),
+            "measured": _num(measured), "tripped": tripped, "verdict": VERDICTS[tripped]}
+
+
+VERDICTS = {True: "tripped", False: "ok", None: "n/a"}
 
 
 def finding_changes(base: dict, new: dict) -> dict[str, list[dict]]:
@@ -224,8 +302,11 @@ def finding_changes(base: dict, new: dict) -> dict[str, list[dict]]:
             "kept": [brief(f, b[r]) for r, f in n.items() if r in b]}
 
 
-def compare(base: dict, new: dict, gates: list[Gate] = ()) -> dict:
-    """The comparison document: trace headers, per-metric deltas, gates, finding changes."""
+def compare(base: dict, new: dict, gates: list[Gate] = (), allow_missing: bool = False) -> dict:
+    """The comparison document: trace headers, per-metric deltas, gates, finding changes, kernel movers.
+
+    ``tripped`` is true when a gate tripped, or when a gate is n/a (a value is null) and not ``allow_missing``.
+    """
     vb, vn = metric_values(base), metric_values(new)
     scope = "step" if has_steps(base) and has_steps(new) else "whole"
     rows = []
@@ -236,20 +317,29 @@ def compare(base: dict, new: dict, gates: list[Gate] = ()) -> dict:
             d_abs, d_rel = delta(b, n)
             row[s] = {"base": _num(b), "new": _num(n), "abs": _num(d_abs), "rel": _num(d_rel)}
         rows.append(row)
-    results = [evaluate(g, vb, vn, scope) for g in gates]
+    results = [evaluate(g, gate_values(g, base, vb, scope), gate_values(g, new, vn, scope), scope) for g in gates]
     notes = [f"{side} has no steps: gates use the whole-capture values." for side, r in (("BASE", base), ("NEW", new))
              if not has_steps(r)]
-    notes += [f"gate {r['expr']!r} not evaluated: {r['metric']} is not available in both traces."
-              for r in results if r["tripped"] is None]
+    what = "accepted (--allow-missing)" if allow_missing else "fails the comparison (--allow-missing accepts it)"
+    notes += [f"gate {r['expr']!r} is n/a: {r['metric']} is null (not captured) in "
+              f"{'BASE and NEW' if r['base'] is None and r['new'] is None else 'BASE' if r['base'] is None else 'NEW'}; "
+              f"{what}." for r in results if r["tripped"] is None]
+    if gates and scope == "step":
+        notes += [f"warning: {side} has only {n} steady step(s) per GPU: its medians are noisy "
+                  f"(gate on at least {MIN_STEADY_STEPS})." for side, r in (("BASE", base), ("NEW", new))
+                  if (n := steady_step_count(r)) < MIN_STEADY_STEPS]
+    missing = any(r["tripped"] is None for r in results)
     return {
-        "format_version": 1,
+        "format_version": 2,
         "base": _header(base), "new": _header(new),
         "gate_scope": scope,
         "notes": notes,
         "metrics": rows,
         "gates": results,
-        "tripped": any(r["tripped"] for r in results),
+        "tripped": any(r["tripped"] for r in results) or (missing and not allow_missing),
+        "allow_missing": allow_missing,
         "findings": finding_changes(base, new),
+        "kernels": kernel_movers(base, new, scope),
     }
 
 

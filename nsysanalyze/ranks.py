@@ -11,6 +11,15 @@ has no steps), ``nccl_ns``/``nccl_exposed_ns`` NCCL kernel time per step (or in 
 separate files; ``offset_ns`` is that start relative to the earliest rank.
 In synchronous data-parallel training every rank waits for the slowest inside its collectives,
 so the rank with the *least* NCCL time is usually the straggler.
+
+Noise: a spread (step time, NCCL time) names a slowest rank or a straggler only when it is at least
+``noise_ns`` = max(``STRAGGLER_MIN_SHARE`` of the median step, ``NOISE_MADS`` × the median over ranks
+of each rank's step-time MAD (median absolute deviation of its steady steps)).
+
+Jobs (:func:`jobs`): several files form one job only when they belong together: the same step
+family, session starts within ``SAME_LAUNCH_NS`` (launched together: torchrun, one node or several)
+with distinct (process, GPU, session) triples, or within ``MAX_START_GAP_NS`` on GPUs no other file of
+the job uses. Any other file is diagnosed alone, with a note saying why.
 """
 from __future__ import annotations
 
@@ -24,8 +33,12 @@ RANK_COLUMNS = ["rank", "label", "trace", "path", "globalPid", "pid", "deviceId"
                 "cpu_step_ns", "idle_fraction", "nccl_ns", "nccl_exposed_ns", "session_start_utc_ns",
                 "start_utc_ns", "offset_ns"]
 TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
-# An imbalance (NCCL time, or step time) under this share of the median step is noise, not a straggler.
+# An imbalance (NCCL time, or step time) under this share of the median step is noise, not a straggler,
+# and so is one under NOISE_MADS times the ranks' typical step-to-step variation (MAD).
 STRAGGLER_MIN_SHARE = 0.02
+NOISE_MADS = 3.0
+SAME_LAUNCH_NS = 5_000_000_000
+MAX_START_GAP_NS = 120_000_000_000
 
 
 def _file_order(reports: list[dict]) -> list[int]:
@@ -48,12 +61,12 @@ def rank_table(reports: list[dict]) -> pd.DataFrame:
         r = reports[i]
         pids = {p["globalPid"]: p["pid"] for p in r["trace"]["processes"]}
         session = r["trace"].get("session_start_utc_ns")
-        devices = sorted(r["summary"]["devices"], key=lambda d: (pids.get(d["globalPid"], d["globalPid"]), d["device"]))
+        devices = sorted(r["summary"]["devices"], key=lambda d: (pids.get(d["globalPid"], d["globalPid"]), d["deviceId"]))
         for d in devices:
             has_steps = bool(d.get("steps"))
             rows.append({
                 "report": i, "trace": Path(r["trace"]["path"]).name, "path": r["trace"]["path"],
-                "globalPid": d["globalPid"], "pid": pids.get(d["globalPid"]), "deviceId": d["device"],
+                "globalPid": d["globalPid"], "pid": pids.get(d["globalPid"]), "deviceId": d["deviceId"],
                 "steps": int(d.get("steps") or 0), "scope": "step median" if has_steps else "capture",
                 "step_ns": _value(d, "step_median_window_ns", "window_ns") if has_steps else d["window_ns"],
                 "cpu_step_ns": d.get("step_median_cpu_ns") if has_steps else None,
@@ -116,22 +129,47 @@ def _num(x):
     return None if isinstance(x, float) and x != x else x
 
 
+def step_mad_ns(reports: list[dict], ranks: pd.DataFrame) -> float:
+    """Median over ranks of each rank's step-time MAD over its steady steps (NaN without steps)."""
+    from .metrics import steady_steps
+
+    key = {(r.report, r.globalPid, r.deviceId): r.rank for r in ranks.itertuples()}
+    rows = [{"rank": key[k], "window_ns": s["window_ns"], "closed": s.get("closed", True),
+             "globalPid": s["globalPid"], "deviceId": s["deviceId"]}
+            for i, r in enumerate(reports) for s in r["steps"] if (k := (i, s["globalPid"], s["deviceId"])) in key]
+    if not rows:
+        return float("nan")
+    steps = steady_steps(pd.DataFrame(rows))
+    mad = steps.groupby("rank")["window_ns"].agg(lambda t: float(np.median(np.abs(t - np.median(t)))))
+    return float(mad.median())
+
+
+def noise_ns(median_step_ns: float, mad_ns: float) -> float:
+    """The spread below which ranks are balanced (see the module docstring)."""
+    share = STRAGGLER_MIN_SHARE * (median_step_ns if median_step_ns == median_step_ns else 0.0)
+    return max(share, NOISE_MADS * mad_ns) if mad_ns == mad_ns else share
+
+
 def cross_rank(reports: list[dict]) -> dict:
     """The cross-rank view as plain data: ``ranks`` (one dict per rank), ``steps`` (per step index),
-    and ``summary``: step time fastest/median/slowest, spread, slowest rank, NCCL imbalance and the
-    likely straggler with the reason (none when NCCL time and step time differ by less than
-    ``STRAGGLER_MIN_SHARE`` of the median step: the ranks are balanced)."""
+    and ``summary``: step time fastest/median/slowest, spread, the noise threshold, slowest/fastest rank
+    (null unless the spread reaches the threshold), NCCL imbalance and the likely straggler with the
+    reason (none below the threshold: the ranks are balanced)."""
     ranks = rank_table(reports)
     steps = step_table(reports, ranks)
     summary: dict = {"ranks": int(len(ranks))}
     if len(ranks):
         t = ranks["step_ns"].astype(float)
+        noise = noise_ns(t.median(), step_mad_ns(reports, ranks))
+        significant = len(ranks) > 1 and t.max() - t.min() >= noise
         summary.update({
             "scope": "step median" if (ranks["scope"] == "step median").all() else
                      "capture" if (ranks["scope"] == "capture").all() else "mixed",
             "step_ns_min": t.min(), "step_ns_median": t.median(), "step_ns_max": t.max(),
             "spread_ns": t.max() - t.min(), "spread_fraction": (t.max() - t.min()) / t.median() if t.median() else None,
-            "slowest_rank": int(ranks.loc[t.idxmax(), "rank"]), "fastest_rank": int(ranks.loc[t.idxmin(), "rank"]),
+            "noise_ns": noise,
+            "slowest_rank": int(ranks.loc[t.idxmax(), "rank"]) if significant else None,
+            "fastest_rank": int(ranks.loc[t.idxmin(), "rank"]) if significant else None,
             "aligned": bool(ranks["offset_ns"].notna().all()),
             "start_spread_ns": ranks["offset_ns"].max() if ranks["offset_ns"].notna().all() else None,
         })
@@ -139,21 +177,68 @@ def cross_rank(reports: list[dict]) -> dict:
         if nccl.max() > 0:
             summary.update({"nccl_ns_min": nccl.min(), "nccl_ns_max": nccl.max(), "nccl_imbalance_ns": nccl.max() - nccl.min(),
                             "least_nccl_rank": int(ranks.loc[nccl.idxmin(), "rank"])})
-        noise = STRAGGLER_MIN_SHARE * (t.median() if t.median() == t.median() else 0.0)
-        if nccl.max() - nccl.min() > noise:
+        if len(ranks) > 1 and nccl.max() - nccl.min() >= noise and nccl.max() > 0:
             summary.update({"likely_straggler": summary["least_nccl_rank"],
                             "straggler_reason": "least NCCL time: the other ranks wait for it inside their collectives"})
-        elif len(ranks) > 1 and summary["spread_ns"] > noise:
+        elif significant:
             summary.update({"likely_straggler": summary["slowest_rank"], "straggler_reason": "slowest step time"})
         if len(steps):
+            steps.loc[steps["spread_ns"] < noise, "slowest_rank"] = None
             summary["steps_compared"] = int(len(steps))
             summary["step_spread_ns_median"] = steps["spread_ns"].median()
-            summary["slowest_rank_most_often"] = int(steps["slowest_rank"].mode().iloc[0])
+            slowest = steps["slowest_rank"].dropna()
+            summary["slowest_rank_most_often"] = int(slowest.mode().iloc[0]) if significant and len(slowest) else None
     return {
         "summary": {k: _num(v) for k, v in summary.items()},
         "ranks": [{k: _num(v) for k, v in row.items()} for row in ranks.drop(columns="report").to_dict("records")],
         "steps": [{k: _num(v) for k, v in row.items()} for row in steps.to_dict("records")],
     }
+
+
+def _start(report: dict) -> int | None:
+    return report["trace"].get("session_start_utc_ns")
+
+
+def _belongs(reports: list[dict], job: list[int], i: int) -> bool:
+    """Whether report ``i`` is one more rank of ``job`` (see the module docstring)."""
+    new, first = reports[i], reports[job[0]]
+    if _start(new) is None or _start(first) is None or new["trace"].get("step_family") != first["trace"].get("step_family"):
+        return False
+    gap = abs(_start(new) - _start(first))
+
+    def triples(r):
+        return {(d["globalPid"], d["deviceId"], _start(r)) for d in r["summary"]["devices"]}
+
+    taken = set().union(*(triples(reports[j]) for j in job))
+    if gap <= SAME_LAUNCH_NS and not triples(new) & taken:
+        return True
+    used = {dev for _, dev, _ in taken}
+    return gap <= MAX_START_GAP_NS and not {d["deviceId"] for d in new["summary"]["devices"]} & used
+
+
+def jobs(reports: list[dict]) -> list[dict]:
+    """Which reports form one job: ``traces`` (indices into ``reports``, in order) and ``note`` (why a
+    file given with others is diagnosed alone, else None); jobs in the order of their first file."""
+    order = sorted(range(len(reports)), key=lambda i: (_start(reports[i]) is None, _start(reports[i]) or 0, i))
+    groups: list[list[int]] = []
+    for i in order:
+        job = next((g for g in groups if _belongs(reports, g, i)), None)
+        if job is None:
+            groups.append([i])
+        else:
+            job.append(i)
+    groups = sorted((sorted(g) for g in groups), key=lambda g: g[0])
+    out = []
+    for g in groups:
+        note = None
+        if len(g) == 1 and len(reports) > 1:
+            family = reports[g[0]]["trace"].get("step_family") or "no steps"
+            note = (f"{reports[g[0]]['trace']['path']}: diagnosed alone: no other file has its step family "
+                    f"({family}) and a session start within {SAME_LAUNCH_NS / 1e9:.0f} s (or within "
+                    f"{MAX_START_GAP_NS / 60e9:.0f} min on other GPUs)"
+                    + ("" if _start(reports[g[0]]) is not None else "; its session start time is missing") + ".")
+        out.append({"traces": g, "note": note})
+    return out
 
 
 def rank_count(report: dict) -> int:

@@ -71,10 +71,12 @@ REPORT = {
         "devices": [{"globalPid": Optional(_int), "deviceId": _int, "name": _opt(_str)}],
     },
     "notes": [_str],
-    "summary": {"devices": Rows({"globalPid": _int, "device": _int, "window_start": _number, "window_end": _number,
+    "summary": {"devices": Rows({"globalPid": _int, "deviceId": _int, "window_start": _number, "window_end": _number,
                                  **{c: _opt(_number) for m in METRICS if m.is_ratio for c in (m.num, m.den)}})},
     "steps": Rows({"globalPid": _int, "deviceId": _int, "name": _str}, frozenset({"name"})),
     "subranges": Optional([{"name": _str, "ns": _number, "share": _opt(_number)}]),
+    "kernels": Optional([{"globalPid": _int, "deviceId": _int, "name": _str, "total_ns": _number,
+                          "per_step_ns": _opt(_number)}]),
     "findings": [{"rule": _str, "title": _str, "severity": _severity, "confidence": _number, "gain_ns": _opt(_number),
                   "gain_pct": _number, "evidence": dict, "fix": _str, "snippet": _str}],
 }
@@ -90,6 +92,9 @@ def read_report(path: str | os.PathLike) -> dict:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
     except (ValueError, RecursionError) as e:  # invalid JSON or UTF-8; nesting too deep
         raise InputError(f"{path}: not a JSON report ({str(e)[:200]})") from None
+    for d in (doc.get("summary") or {}).get("devices") or [] if isinstance(doc, dict) else []:
+        if isinstance(d, dict) and "deviceId" not in d and "device" in d:  # format 1 named it "device"
+            d["deviceId"] = d.pop("device")
     problem = check(doc, REPORT, "")
     if problem:
         raise InputError(f"{path}: not a single-trace nsysanalyze JSON report (diagnose --format json FILE): "

@@ -139,14 +139,15 @@ def test_markdown_for_pr_comment():
     assert "`step_time`" in rows[0]
 
 
-def test_unavailable_metric_is_not_evaluated():
+def test_unavailable_metric_is_na_and_fails_unless_allowed():
     r = report(BS8)
     no_copies = json.loads(json.dumps(r))
     for d in no_copies["summary"]["devices"]:
         d["memcpy_ns"] = d["memcpy_hidden_ns"] = 0
     c = compare(r, no_copies, [parse_gate("memcpy_kernel_overlap<-0.1")])
-    assert c["gates"][0]["tripped"] is None and not c["tripped"]
-    assert any("not evaluated" in n for n in c["notes"])
+    assert c["gates"][0]["tripped"] is None and c["gates"][0]["verdict"] == "n/a" and c["tripped"]
+    assert any("is n/a" in n and "in NEW" in n for n in c["notes"])
+    assert not compare(r, no_copies, [parse_gate("memcpy_kernel_overlap<-0.1")], allow_missing=True)["tripped"]
 
 
 def test_gating_a_trace_without_gpu_activity_is_exit_2(capsys):

@@ -166,7 +166,7 @@ def hostile_trace(tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["diagnose", "summary", "steps"])
 def test_trace_strings_cannot_drive_the_terminal(command, hostile_trace):
-    proc = run_cli(command, "--step-range", "Batch", str(hostile_trace))
+    proc = run_cli(command, "--step-range", "Batch", str(hostile_trace), *(["--details"] if command == "diagnose" else []))
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr
     assert not CONTROL.search(out), repr(CONTROL.search(out))

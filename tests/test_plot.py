@@ -76,3 +76,27 @@ def test_bad_output_exit_2(args, capsys):
         main(["plot", str(shared_trace(NVTX)), *args])
     assert e.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_medians_labels_and_tiny_segments():
+    from conftest import fixture_trace
+    from nsysanalyze.cli import analyze
+
+    pinned = analyze(fixture_trace("resnet18_pinned.sqlite"), None)
+    base = analyze(fixture_trace("resnet18_baseline.sqlite"), None)
+    fig = plot.figure([base, pinned], ["before", "after"])
+    left, right = fig.axes[0], fig.axes[1]
+    assert left.get_title().startswith("before: resnet18_baseline.sqlite") and right.get_title().startswith("after:")
+    steady = sorted(s["window_ns"] / 1e6 for s in pinned["steps"] if s["closed"])
+    texts = [t.get_text() for t in right.texts]
+    assert f"median {sum(steady) / len(steady):,.1f} ms" in texts  # two steady steps: the mean of the middle pair
+    # pinned's idle is ~0.6 ms of a 337 ms axis: drawn as a line too, so it stays visible
+    top = max(s["window_ns"] for s in base["steps"]) / 1e6
+    tiny = [s for s in pinned["steps"] if 0 < s["idle_ns"] / 1e6 < plot.TINY_SHARE * top]
+    assert tiny and sum(len(c.get_segments()) for c in right.collections) >= len(tiny)
+
+
+def test_label_count_must_match_the_files(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plot", str(shared_trace(NVTX)), "--label", "a", "--label", "b", "-o", str(tmp_path / "x.png")])
+    assert e.value.code == 2 and "--label given 2 time(s) for 1 file(s)" in capsys.readouterr().err

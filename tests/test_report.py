@@ -57,7 +57,7 @@ def test_report_sections(tmp_path):
                  "Summary", "565.0 ms", "Per step", "Batch 3", "get batch", "Findings", "dataloader-workers",
                  "num_workers=8", "pin_memory=True", "No OS runtime data"):
         assert text in page, text
-    assert page.count("<svg") == 1 and "Comparison" not in page
+    assert page.count("<svg") == 2 and "Comparison" not in page  # the step's timeline and the per-step chart
 
 
 def test_report_with_baseline(tmp_path):

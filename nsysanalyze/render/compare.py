@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from .format import by_unit, rel_change, signed_by_unit
+from .format import by_unit, ms, rel_change, signed_by_unit
 from .markdown import _table as md_table
 from .sanitize import MARKDOWN_VERBATIM, code_span, for_markdown, for_text
+from .terminal import table_of
 
 VERDICT = {True: "TRIPPED", False: "ok", None: "n/a"}
 
@@ -62,11 +62,28 @@ def verdict_line(comparison: dict) -> str:
     if not gates:
         return "No gate given (--fail-on)."
     bad = [g["expr"] for g in gates if g["tripped"]]
-    skipped = sum(g["tripped"] is None for g in gates)
-    tail = f" ({skipped} not evaluated)" if skipped else ""
+    na = [g["expr"] for g in gates if g["tripped"] is None]
+    accepted = comparison.get("allow_missing")
+    tail = (f"; {len(na)} n/a ({'accepted with --allow-missing' if accepted else 'a metric not captured'}): "
+            f"{', '.join(na)}" if na else "")
     if bad:
         return f"FAIL: {len(bad)} of {len(gates)} gate(s) tripped: {', '.join(bad)}{tail}"
+    if na and not accepted:
+        return f"FAIL: none of {len(gates)} gate(s) tripped{tail}"
     return f"PASS: none of {len(gates)} gate(s) tripped{tail}"
+
+
+KERNEL_HEADERS = ["BASE", "NEW", "change", "change %", "kernel"]
+
+
+def kernel_cells(k: dict) -> list[str]:
+    """BASE, NEW, change, change %, then the name (last: demangled names can be thousands of characters)."""
+    return [ms(k["base_ns"]), ms(k["new_ns"]), signed_by_unit("ns", k["abs"]), rel_change(k["rel"]), k["name"]]
+
+
+def kernel_title(comparison: dict) -> str:
+    per = "per step" if comparison["gate_scope"] == "step" else "whole capture"
+    return f"Kernels: largest changes ({per}, summed over GPUs)"
 
 
 def scope_line(comparison: dict) -> str:
@@ -99,20 +116,16 @@ def render_text(comparison: dict, console: Console) -> None:
     style = "bold red" if c["tripped"] else "bold green" if c["gates"] else "dim"
     console.print(Text(verdict_line(c), style=style))
     if c["gates"]:
-        t = Table(title=scope_line(c), title_justify="left")
-        for h in GATE_HEADERS:
-            t.add_column(h, justify="left" if h == "gate" else "right", overflow="fold")
+        t = table_of(scope_line(c), GATE_HEADERS, [])
         for g in c["gates"]:
             cells = gate_cells(g)
             t.add_row(*[Text(x) for x in cells[:-1]], Text(cells[-1], style="bold red" if g["tripped"] else "green"))
         console.print(t)
     for scope in metric_scopes(c):
-        t = Table(title=f"Metrics ({SCOPE_TITLE[scope]})", title_justify="left")
-        for i, h in enumerate(metric_headers((scope,))):
-            t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
-        for r in shown_metrics(c, (scope,)):
-            t.add_row(*[Text(x) for x in metric_cells(r, (scope,), label=False)])
-        console.print(t)
+        console.print(table_of(f"Metrics ({SCOPE_TITLE[scope]})", metric_headers((scope,)),
+                               [metric_cells(r, (scope,), label=False) for r in shown_metrics(c, (scope,))]))
+    if c.get("kernels"):
+        console.print(table_of(kernel_title(c), KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]], left=(4,)))
     lines = finding_lines(c)
     console.print(Text("Findings", style="bold"))
     for line in lines or ["no finding in either trace"]:
@@ -132,5 +145,8 @@ def render_markdown(comparison: dict) -> str:
     scopes = metric_scopes(c)
     out += ["### Metrics", ""]
     out += md_table(metric_headers(scopes), [metric_cells(r, scopes) for r in shown_metrics(c, scopes)]) + [""]
+    if c.get("kernels"):
+        out += [f"### {kernel_title(c)}", ""] + md_table(KERNEL_HEADERS, [kernel_cells(k)[:-1] + [code_span(k["name"])]
+                                                                     for k in c["kernels"]]) + [""]
     out += ["### Findings", ""] + [f"- {line}" for line in finding_lines(c) or ["no finding in either trace"]]
     return "\n".join(out) + "\n"

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import re
+
+from .sanitize import printable
 
 
 def ms(ns) -> str:
@@ -116,8 +119,7 @@ STEP_COLUMNS = [
 def device_label(dev: dict, processes: list[dict]) -> str:
     """'GPU 0 (pid 461)' for a summary/device row."""
     pid = next((p["pid"] for p in processes if p["globalPid"] == dev.get("globalPid")), None)
-    d = dev.get("device", dev.get("deviceId"))
-    return f"GPU {d}" + (f" (pid {pid})" if pid is not None and len(processes) > 1 else "")
+    return f"GPU {dev['deviceId']}" + (f" (pid {pid})" if pid is not None and len(processes) > 1 else "")
 
 
 def step_cells(step: dict) -> list[str]:
@@ -189,7 +191,7 @@ def partition_bars(report: dict) -> tuple[list[dict], bool]:
 
 def bar_label(row: dict, many_devices: bool, is_step: bool) -> str:
     """'Batch 3', 'Batch 3 · GPU 1' (several devices), 'GPU 0' (whole capture); '*' marks an open (first) step."""
-    dev = row.get("deviceId", row.get("device"))
+    dev = row["deviceId"]
     if not is_step:
         return f"GPU {dev}"
     name = str(row.get("name", "")) + ("*" if row.get("closed") is False else "")
@@ -197,7 +199,73 @@ def bar_label(row: dict, many_devices: bool, is_step: bool) -> str:
 
 
 def gain_text(finding: dict) -> str:
-    """'up to 475.0 ms (81.3% of the step)' or 'no gain expected'."""
+    """'up to 475.0 ms, 81.3% of the step' (of the capture for a trace without steps) or 'no gain expected'."""
     if not finding["gain_ns"]:
         return "no gain expected"
-    return f"up to {ms(finding['gain_ns'])} ({finding['gain_pct']:.1f}% of the step)"
+    of = "the capture" if finding.get("scope") == "capture" else "the step"
+    return f"up to {ms(finding['gain_ns'])}, {finding['gain_pct']:.1f}% of {of}"
+
+
+def next_text(finding: dict) -> str:
+    """'Next: rule — title (up to 466.9 ms, 84.0% of the step)': the one thing to do first."""
+    return f"Next: {finding['rule']} — {finding['title']} ({gain_text(finding)})"
+
+
+def steady_step_count(report: dict, global_pid: int, device_id: int) -> int:
+    """Steps of one (process, device) that its medians use: the closed ones, or all when none is closed."""
+    mine = [s for s in report.get("steps") or [] if s["globalPid"] == global_pid and s["deviceId"] == device_id]
+    closed = [s for s in mine if s.get("closed", True)]
+    return len(closed or mine)
+
+
+def device_findings(report: dict, global_pid: int, device_id: int) -> list[dict]:
+    """The findings of one (process, device), ranked as in the report."""
+    return [f for f in report["findings"] if f["globalPid"] == global_pid and f["deviceId"] == device_id]
+
+
+def headline(report: dict, device: dict) -> str:
+    """'GPU 0: step 555.8 ms (median of 2 steady steps) · GPU idle 84.0%' (capture values without steps)."""
+    label = device_label(device, report["trace"]["processes"])
+    steady = steady_step_count(report, device["globalPid"], device["deviceId"])
+    if steady and device.get("step_median_window_ns") is not None:
+        plural = "s" if steady != 1 else ""
+        return (f"{label}: step {ms(device['step_median_window_ns'])} (median of {steady} steady step{plural})"
+                f" · GPU idle {pct(device.get('step_median_idle_fraction'))} of the step")
+    return f"{label}: no steps, capture {ms(device['window_ns'])} · GPU idle {pct(device.get('gpu_idle_fraction'))}"
+
+
+def headlines(report: dict) -> list[tuple[str, str]]:
+    """Per (process, device): its headline and its 'Next:' line (the top finding, or that none matched)."""
+    out = []
+    for d in report["summary"]["devices"]:
+        mine = device_findings(report, d["globalPid"], d["deviceId"])
+        out.append((headline(report, d), next_text(mine[0]) if mine else "Next: nothing flagged (no rule matched)"))
+    return out
+
+
+def trace_line(report: dict) -> str:
+    """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n} · program: pytorch'."""
+    t = report["trace"]
+    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or "no GPU activity"
+    steps = f"steps: {t['step_family']}" if t.get("step_family") else "no steps (one window per device)"
+    program = f" · program: {t.get('framework') or 'unknown'}" + (" + MPI" if t.get("mpi") else "")
+    return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
+
+
+def evidence_pairs(finding: dict) -> list[tuple[str, str]]:
+    """(label, value with its unit) of a finding's evidence."""
+    return [(k, evidence_value(k, v)) for k, v in finding["evidence"].items()]
+
+
+def keeping_snippets(report: dict, sanitize) -> dict:
+    """``sanitize(report)`` (render.sanitize.for_text / for_markdown) with each finding's snippet still
+    multi-line: its lines made printable one by one (code is shown as code, never as markdown)."""
+    safe = sanitize(report)
+    for f, original in zip(safe["findings"], report["findings"]):
+        f["snippet"] = "\n".join(printable(line) for line in original["snippet"].split("\n"))
+    return safe
+
+
+def code_fence(code: str) -> str:
+    """A markdown fence longer than any backtick run in ``code``."""
+    return "`" * max(3, 1 + max((len(r) for r in re.findall("`+", code)), default=0))

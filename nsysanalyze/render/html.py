@@ -1,4 +1,6 @@
-"""Self-contained HTML report: header, notes, summary, per-step chart, findings with fixes, comparison.
+"""Self-contained HTML report: the verdict first (baseline change, headline and next step per GPU),
+findings (evidence as labelled values with units, fix, snippet), a timeline of one steady step, the
+per-step chart, the per-metric comparison, then the tables; several files lead with the cross-rank view.
 
 One file, no network requests: CSS inline, chart as inline SVG (text drawn as paths), no script.
 Every string goes through :func:`h`, which escapes anything that is not :class:`Safe` markup,
@@ -7,10 +9,13 @@ so text from a trace (NVTX names, kernel names, paths, process names) is always 
 from __future__ import annotations
 
 import html
+import math
 
-from .compare import finding_lines, metric_cells, metric_headers, metric_scopes, shown_metrics, verdict_line
-from .format import (STEP_COLUMNS, summary_cells, device_label, evidence_value, gain_text, ms, pct, step_cells,
-                     subrange_table, trace_name)
+from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, metric_cells, metric_headers,
+                      metric_scopes, shown_metrics, verdict_line)
+from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, ms, pct, rel_change, step_cells,
+                     subrange_table, summary_cells, trace_line, trace_name)
+from .ranks import RANK_HEADERS, rank_cells, rank_findings, ranks_where, top_rules, verdict
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1150px;
@@ -28,7 +33,14 @@ pre{background:#f6f8fa;border:1px solid #e3e6ea;border-radius:4px;padding:8px 10
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 .chart svg{width:100%;max-width:960px;height:auto}table.facts td{text-align:left}
 .fail{color:#c62828;font-weight:600}.pass{color:#2e7d32;font-weight:600}
-ul.ev{margin:4px 0 8px;padding-left:20px}
+table.ev th{text-align:left;font-weight:normal;color:#57606a;background:none}table.ev td{text-align:right}
+ul.headline{list-style:none;padding:0;margin:8px 0;font-size:15px}ul.headline li{margin:6px 0}
+.delta{font-size:20px;font-weight:700;margin:8px 0}.delta.better{color:#2e7d32}.delta.worse{color:#c62828}
+.timeline{overflow-x:auto}.timeline svg{font:11px system-ui,sans-serif}
+.timeline text.tick{fill:#57606a;text-anchor:middle}.timeline line.tick{stroke:#eceff2}
+.timeline rect.window{fill:#f6f8fa}.timeline rect.cpu{stroke:#fff;stroke-width:0.8}
+.timeline text.range{fill:#1d232a;font-size:10px}.legend span{margin-right:12px;font-size:12px;white-space:nowrap}
+.legend i.sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 """
 
 
@@ -40,10 +52,11 @@ def esc(x) -> Safe:
     return x if isinstance(x, Safe) else Safe(html.escape(str(x), quote=True))
 
 
-def h(tag: str, *children, cls: str | None = None) -> Safe:
-    """``<tag class=cls>children</tag>``; children that are not Safe are escaped, lists are joined."""
+def h(tag: str, *children, cls: str | None = None, id: str | None = None) -> Safe:  # noqa: A002 (the attribute)
+    """``<tag class=cls id=id>children</tag>``; children that are not Safe are escaped, lists are joined."""
     inner = "".join(esc(c) if not isinstance(c, (list, tuple)) else "".join(esc(x) for x in c) for c in children)
     attr = f' class="{html.escape(cls, quote=True)}"' if cls else ""
+    attr += f' id="{html.escape(id, quote=True)}"' if id else ""
     return Safe(f"<{tag}{attr}>{inner}</{tag}>")
 
 
@@ -53,16 +66,13 @@ def table(headers: list, rows: list[list]) -> Safe:
 
 
 def header(report: dict) -> list[Safe]:
-    t = report["trace"]
-    procs = ", ".join(f"{p['name']} (pid {p['pid']})" for p in t["processes"]) or "-"
-    gpus = ", ".join(sorted({d["name"] or f"GPU {d['deviceId']}" for d in t["devices"]})) or "-"
-    facts = [("file", t["path"]), ("nsys", f"{t['nsys_version'] or '?'} (schema {t['schema_version'] or '?'})"),
-             ("processes", procs), ("GPUs", f"{gpus} ({len(t['devices'])} in use)"),
-             ("steps", t.get("step_family") or "none found (one window per device)")]
-    rows = [h("tr", h("td", h("b", k)), h("td", v)) for k, v in facts]
-    out = [h("h1", "nsysanalyze: ", trace_name(report)), h("table", h("tbody", rows), cls="facts")]
-    out += [h("div", n, cls="note") for n in report["notes"]]
-    return out
+    procs = ", ".join(f"{p['name']} (pid {p['pid']})" for p in report["trace"]["processes"]) or "-"
+    return [h("h1", "nsysanalyze: ", trace_name(report)), h("p", trace_line(report), h("br"), "processes: ", procs,
+                                                           cls="meta")]
+
+
+def notes(report: dict) -> list[Safe]:
+    return [h("div", n, cls="note") for n in report["notes"]]
 
 
 def summary(report: dict) -> list[Safe]:
@@ -85,48 +95,160 @@ def steps(report: dict) -> list[Safe]:
     return out
 
 
-def findings(report: dict) -> list[Safe]:
+def headline(report: dict) -> list[Safe]:
+    """Per (process, GPU): step time and GPU idle, then the Next: line."""
+    items = [h("li", head, h("br"), h("b", nxt)) for head, nxt in headlines(report)]
+    return [h("ul", items, cls="headline")] if items else []
+
+
+def finding_box(i: int, f: dict, where: str = "") -> Safe:
+    sev = f["severity"] if f["severity"] in ("high", "medium", "low", "info") else "info"
+    body = [h("h3", h("span", f["severity"], cls=f"sev {sev}"), f"{i}. ", f["title"]),
+            h("div", h("code", f["rule"]), f" · confidence {f['confidence']:.0%} · {gain_text(f)}{where}", cls="meta"),
+            h("p", h("b", "Fix: "), f["fix"])]
+    if f["snippet"]:
+        body.append(h("pre", h("code", f["snippet"])))
+    pairs = evidence_pairs(f)
+    if pairs:
+        body.append(h("table", h("tbody", [h("tr", h("th", k), h("td", v)) for k, v in pairs]), cls="ev"))
+    return h("div", body, cls="finding")
+
+
+def findings(report: dict, found: list[dict] | None = None, where=lambda f: "") -> list[Safe]:
+    found = report["findings"] if found is None else found
     out = [h("h2", "Findings (largest possible gain first)")]
-    if not report["findings"]:
+    if not found:
         out.append(h("p", "No finding: no rule matched this trace."))
-    for i, f in enumerate(report["findings"], 1):
-        sev = f["severity"] if f["severity"] in ("high", "medium", "low", "info") else "info"
-        body = [h("h3", h("span", f["severity"], cls=f"sev {sev}"), f"{i}. ", f["title"]),
-                h("div", h("code", f["rule"]), f" · confidence {f['confidence']:.0%} · {gain_text(f)}", cls="meta"),
-                h("ul", [h("li", f"{k}: ", evidence_value(k, v)) for k, v in f["evidence"].items()], cls="ev"),
-                h("p", h("b", "Fix: "), f["fix"])]
-        if f["snippet"]:
-            body.append(h("pre", h("code", f["snippet"])))
-        out.append(h("div", body, cls="finding"))
+    return out + [finding_box(i, f, where(f)) for i, f in enumerate(found, 1)]
+
+
+def baseline_headline(c: dict) -> list[Safe]:
+    """The comparison's verdict on top: step time BASE → NEW, green when faster, red when slower; gates."""
+    step = next(r for r in c["metrics"] if r["name"] == "step_time")[c["gate_scope"]]
+    rel = step["rel"]
+    faster = rel is not None and rel not in ("inf", "-inf") and rel < 0
+    what = "step (median)" if c["gate_scope"] == "step" else "capture"
+    text = f"{what} {ms(step['base'])} → {ms(step['new'])} ({rel_change(rel)}) vs the baseline"
+    out = [h("p", text, cls="delta " + ("better" if faster else "worse" if rel not in (None, 0) else ""))]
+    if c["gates"]:
+        out.append(h("p", verdict_line(c), cls="fail" if c["tripped"] else "pass"))
     return out
 
 
 def comparison(c: dict) -> list[Safe]:
-    """The --baseline section: verdict, metric deltas, finding changes (see render/compare.py)."""
+    """The --baseline section: metric deltas, finding changes (see render/compare.py)."""
     scopes = metric_scopes(c)
     rows = [[h("span", r["label"], " ", h("code", r["name"])), *metric_cells(r, scopes, label=False)[1:]]
             for r in shown_metrics(c, scopes)]
     out = [h("h2", "Comparison with the baseline"),
            h("p", "BASE ", h("code", c["base"]["path"]), " → NEW ", h("code", c["new"]["path"]), cls="meta")]
     out += [h("div", n, cls="note") for n in c["notes"]]
-    if c["gates"]:
-        out.append(h("p", verdict_line(c), cls="fail" if c["tripped"] else "pass"))
     out.append(table(metric_headers(scopes), rows))
+    if c.get("kernels"):
+        out += [h("h3", kernel_title(c)), table(KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]])]
     out += [h("h3", "Findings"), h("ul", [h("li", x) for x in finding_lines(c) or ["no finding in either trace"]])]
     return out
 
 
-def render(report: dict, chart_svg: str | None = None, compared: dict | None = None) -> str:
-    """The whole page. ``chart_svg`` is trusted markup from ``render.plot.svg``."""
+TIMELINE_COLOURS = [("kernel", "kernel", "#4878d0"), ("nccl", "NCCL", "#8e6fd8"), ("memcpy-htod", "HtoD", "#ee854a"),
+                    ("memcpy-dtoh", "DtoH", "#d65f5f"), ("memcpy-dtod", "DtoD", "#6acc65"),
+                    ("memcpy-ptop", "PtoP", "#82c6e2"), ("memcpy-other", "memcpy", "#dc7ec0"),
+                    ("memset", "memset", "#8c8c8c"), ("nvtx", "NVTX range", "#f2c14e"),
+                    ("blocking", "blocking call", "#c62828"), ("idle", "GPU idle", "#d9d9d9")]
+CSS += "".join(f".timeline .{k},.legend .{k}{{fill:{c};background:{c}}}" for k, _, c in TIMELINE_COLOURS)
+LABEL_W, PLOT_W, ROW_H, LANE_GAP, AXIS_H = 140, 840, 16, 6, 22
+
+
+def timeline_svg(tl: dict) -> Safe:
+    """The step as inline SVG: one rect per item, a <title> each; GPU activities have class 'act KIND'."""
+    span = max(tl["t1"] - tl["t0"], 1)
+    x_of = lambda t: LABEL_W + PLOT_W * (t - tl["t0"]) / span  # noqa: E731
+    parts, y = [], AXIS_H
+    for lane in tl["lanes"]:
+        height = lane["rows"] * ROW_H
+        parts.append(f'<text x="4" y="{y + ROW_H - 4}" class="lane">{esc(lane["label"])}</text>')
+        for it in lane["items"]:
+            x, w = x_of(it["start"]), max(PLOT_W * (it["end"] - it["start"]) / span, 0.6)
+            group = "act" if it["kind"] not in ("nvtx", "blocking", "idle") else "cpu" if it["kind"] != "idle" else "gap"
+            tip = f"{it['name']}: {(it['end'] - it['start']) / 1e3:,.1f} µs"
+            top = y + it["row"] * ROW_H
+            parts.append(f'<rect class="{group} {it["kind"]}" x="{x:.2f}" y="{top + 1}" '
+                         f'width="{w:.2f}" height="{ROW_H - 2}"><title>{esc(tip)}</title></rect>')
+            if it["kind"] == "nvtx" and w > 7 * len(it["name"]):  # the range's name inside it when it fits
+                parts.append(f'<text class="range" x="{x + 3:.2f}" y="{top + ROW_H - 4}">{esc(it["name"])}</text>')
+        y += height + LANE_GAP
+    ticks = nice_ticks(span)
+    axis = [f'<line x1="{x_of(tl["t0"] + t):.2f}" x2="{x_of(tl["t0"] + t):.2f}" y1="{AXIS_H - 4}" y2="{y}" class="tick"/>'
+            f'<text x="{x_of(tl["t0"] + t):.2f}" y="{AXIS_H - 8}" class="tick">{t / 1e6:g} ms</text>' for t in ticks]
+    window = (f'<rect class="window" x="{x_of(tl["window_start"]):.2f}" y="{AXIS_H - 4}" '
+              f'width="{x_of(tl["window_end"]) - x_of(tl["window_start"]):.2f}" height="{y - AXIS_H + 4}"/>')
+    return Safe(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LABEL_W + PLOT_W + 10} {y}" '
+                f'width="{LABEL_W + PLOT_W + 10}" height="{y}" role="img">{window}{"".join(axis)}{"".join(parts)}</svg>')
+
+
+def nice_ticks(span_ns: float, target: int = 8) -> list[float]:
+    """Tick offsets (ns) from 0 at a 1/2/5×10^k ms step giving about ``target`` ticks."""
+    raw = span_ns / target
+    scale = 10 ** math.floor(math.log10(raw))
+    step = next(m * scale for m in (1, 2, 5, 10) if m * scale >= raw)
+    return [i * step for i in range(int(span_ns // step) + 1)]
+
+
+def timeline(tl: dict | None) -> list[Safe]:
+    if tl is None:
+        return []
+    legend = h("div", [h("span", h("i", "", cls=f"sw {k}"), label) for k, label, _ in TIMELINE_COLOURS], cls="legend")
+    title = (f"Timeline of step {tl['step']} (GPU {tl['deviceId']}, the steady step closest to the median): "
+             f"{tl['activities']} GPU activities; the shaded band is the step's GPU window")
+    return [h("h2", title), legend, h("div", timeline_svg(tl), cls="timeline", id="timeline")]
+
+
+def gaps(report: dict) -> list[Safe]:
+    rows = [[r["cause"], r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]), ms(r["after_sync_ns"])]
+            for r in report.get("gaps") or []]
+    if not rows:
+        return []
+    return [h("h3", "Where the GPU waited (idle per step median, or whole capture)"),
+            table(["cause", "kind", "idle", "before 1st launch", "after sync"], rows)]
+
+
+def body(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None) -> list:
+    """One report's sections, verdict first."""
     chart = []
     if chart_svg:
         caption = "GPU time per step (ms)" + (": baseline left, this trace right" if compared else "")
         chart = [h("h2", caption), h("div", Safe(chart_svg), cls="chart")]
-    body = [*header(report), *summary(report), *chart, *steps(report), *findings(report)]
-    if compared:
-        body += comparison(compared)
-    title = h("title", "nsysanalyze: ", trace_name(report))
+    out = [*header(report), *(baseline_headline(compared) if compared else []), *headline(report),
+           *notes(report), *findings(report), *timeline(tl), *chart]
+    out += comparison(compared) if compared else []
+    return out + [*summary(report), *steps(report), *gaps(report)]
+
+
+def ranks_section(view: dict, reports: list[dict]) -> list[Safe]:
+    """The cross-rank view of several files: verdict, one row per rank, findings across ranks."""
+    fastest = view["summary"].get("step_ns_min")
+    rules = top_rules(view, reports)
+    out = [h("h1", "nsysanalyze: ", f"{len(view['ranks'])} ranks"), h("ul", [h("li", x) for x in verdict(view)]),
+           table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]])]
+    return out + findings({"findings": []}, rank_findings(view, reports), ranks_where)
+
+
+def page(title: str, parts: list) -> str:
     head = h("head", Safe('<meta charset="utf-8">'),
              Safe('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-                  'style-src \'unsafe-inline\'; img-src data:">'), title, h("style", Safe(CSS)))
-    return "<!DOCTYPE html>\n" + Safe(f'<html lang="en">{head}{h("body", body)}</html>') + "\n"
+                  'style-src \'unsafe-inline\'; img-src data:">'), h("title", title), h("style", Safe(CSS)))
+    return "<!DOCTYPE html>\n" + Safe(f'<html lang="en">{head}{h("body", parts)}</html>') + "\n"
+
+
+def render(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None) -> str:
+    """The whole page of one trace. ``chart_svg`` is trusted markup from ``render.plot.svg``; ``tl`` the
+    step's lanes (``nsysanalyze.timeline``)."""
+    return page("nsysanalyze: " + trace_name(report), body(report, chart_svg, compared, tl))
+
+
+def render_ranks(reports: list[dict], view: dict, charts: list[str | None], timelines: list[dict | None]) -> str:
+    """One page for several ranks: the cross-rank view first, then each rank's sections."""
+    parts = ranks_section(view, reports)
+    for r, chart, tl in zip(reports, charts, timelines):
+        parts += [Safe("<hr>"), *body(r, chart, None, tl)]
+    return page(f"nsysanalyze: {len(view['ranks'])} ranks", parts)

@@ -19,6 +19,7 @@ FORMATS = (".png", ".svg")
 MAX_TICKS = 30
 MIN_BARS = 6  # a panel is at least as wide as this many bars
 LABEL_CHARS = 24  # longer step names are cut in the middle
+TINY_SHARE = 0.006  # a segment under this share of the y axis also gets a 2-point line in its colour (stays visible)
 
 
 def _plain(text: str) -> str:
@@ -32,18 +33,29 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit // 3] + "…" + text[-(limit - limit // 3 - 1):]
 
 
-def panel_title(report: dict, is_step: bool) -> str:
+def panel_title(report: dict, is_step: bool, label: str | None = None) -> str:
     t = report["trace"]
     gpus = sorted({d["name"] for d in t["devices"] if d.get("name")})
-    head = trace_name(report) + (f" · {', '.join(gpus)}" if gpus else "")
+    head = (f"{label}: " if label else "") + trace_name(report) + (f" · {', '.join(gpus)}" if gpus else "")
     if is_step:
         family = _cut(t.get("step_family") or "per --step-range", 3 * LABEL_CHARS)
         return f"{head}\nsteps: {family}"
     return f"{head}\nno steps found: whole capture as one bar per GPU"
 
 
-def figure(reports: list[dict]):
-    """The figure (matplotlib ``Figure``) for one or several reports."""
+def median_ms(rows: list[dict], is_step: bool) -> float | None:
+    """Median bar height (ms) over the steady bars: closed steps when any, else every bar."""
+    heights = sorted(float(r["window_ns"]) / 1e6 for r in rows if not is_step or r.get("closed", True)) or \
+        sorted(float(r["window_ns"]) / 1e6 for r in rows)
+    if not heights:
+        return None
+    mid = len(heights) // 2
+    return heights[mid] if len(heights) % 2 else (heights[mid - 1] + heights[mid]) / 2
+
+
+def figure(reports: list[dict], labels: list[str] | None = None):
+    """The figure (matplotlib ``Figure``) for one or several reports; ``labels`` name the panels (before/after).
+    Each panel marks the median step (dashed line, value written); tiny segments stay visible."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -54,15 +66,25 @@ def figure(reports: list[dict]):
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(reports), sharey=True, squeeze=False, width_ratios=ratios)[0]
     any_open = False
-    for ax, report, (rows, is_step), ratio in zip(axes, reports, panels, ratios):
-        many = len({r.get("deviceId", r.get("device")) for r in rows}) > 1
+    top = max((float(r["window_ns"]) / 1e6 for rows, _ in panels for r in rows), default=0.0)
+    for ax, report, (rows, is_step), ratio, name in zip(axes, reports, panels, ratios, labels or [None] * len(reports)):
+        many = len({r["deviceId"] for r in rows}) > 1
         labels = [_plain(_cut(bar_label(r, many, is_step), LABEL_CHARS)) for r in rows]
         x = list(range(len(rows)))
         bottom = [0.0] * len(rows)
         for label, key, colour in TIME_PARTITION:
             ms = [float(r.get(key) or 0) / 1e6 for r in rows]
             ax.bar(x, ms, bottom=bottom, color=colour, label=label, width=0.8, edgecolor="white", linewidth=0.3)
+            tiny = [(i, b + v / 2) for i, (b, v) in enumerate(zip(bottom, ms)) if 0 < v < TINY_SHARE * top]
+            if tiny:
+                ax.hlines([y for _, y in tiny], [i - 0.4 for i, _ in tiny], [i + 0.4 for i, _ in tiny],
+                          colors=colour, linewidth=2)
             bottom = [b + v for b, v in zip(bottom, ms)]
+        median = median_ms(rows, is_step)
+        if median is not None:
+            ax.axhline(median, color="#333333", linestyle="--", linewidth=0.8)
+            ax.text(len(x) - 0.5, median, f"median {median:,.1f} ms", ha="right", va="bottom", fontsize=8,
+                    color="#333333")
         pad = (max(len(x), MIN_BARS) - len(x)) / 2 + 0.5  # few bars stay bar-wide, centred
         ax.set_xlim(-pad, len(x) - 1 + pad)
         step = max(1, -(-len(x) // MAX_TICKS))
@@ -71,7 +93,7 @@ def figure(reports: list[dict]):
         ax.set_xticks(x[::step], labels[::step], rotation=45 if tilt else 0, ha="right" if tilt else "center",
                       fontsize=8)
         chars = max(24, int(width * ratio / sum(ratios) * 11))
-        title = "\n".join(textwrap.fill(line, chars) for line in panel_title(report, is_step).split("\n"))
+        title = "\n".join(textwrap.fill(line, chars) for line in panel_title(report, is_step, name).split("\n"))
         ax.set_title(_plain(title), fontsize=9)
         any_open |= is_step and any(r.get("closed") is False for r in rows)
         ax.set_xlabel("step" if is_step else "device", fontsize=9)
@@ -88,14 +110,14 @@ def figure(reports: list[dict]):
     return fig
 
 
-def save(reports: list[dict], out: str | os.PathLike) -> Path:
+def save(reports: list[dict], out: str | os.PathLike, labels: list[str] | None = None) -> Path:
     """Write the figure to ``out`` (.png or .svg, by suffix)."""
     out = Path(out)
     if out.suffix.lower() not in FORMATS:
         raise InputError(f"{out}: the plot is written as .png or .svg; give -o with one of those suffixes")
     if not out.parent.resolve().is_dir():
         raise InputError(f"{out.parent}: no such directory")
-    fig = figure(reports)
+    fig = figure(reports, labels)
     try:
         fig.savefig(out, dpi=120, metadata={"Date": None} if out.suffix.lower() == ".svg" else None)
     except OSError as e:

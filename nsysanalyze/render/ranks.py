@@ -1,23 +1,60 @@
-"""Cross-rank view renderers (text via rich, markdown); the view itself is ``ranks.cross_rank()`` (JSON as is)."""
+"""Cross-rank view renderers (text via rich, markdown); the view itself is ``ranks.cross_rank()`` (JSON as is).
+
+The verdict comes first, then one row per rank (with its top finding), then the findings of all
+ranks grouped by rule (each rule once, with the ranks it was found on).
+"""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from ..ranks import STRAGGLER_MIN_SHARE
-from .format import count, ms, pct
+from ..ranks import NOISE_MADS, STRAGGLER_MIN_SHARE
+from .format import count, keeping_snippets, ms, pct
+from .markdown import _table as md_table
+from .markdown import findings_blocks
 from .sanitize import for_markdown, for_text
+from .terminal import print_findings, table_of
 
 MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread first
 
-RANK_HEADERS = ["rank", "trace", "steps", "step", "vs fastest", "NCCL", "exposed", "idle", "offset"]
+RANK_HEADERS = ["rank", "trace", "steps", "step", "vs fastest", "NCCL", "exposed", "idle", "offset", "next"]
 
 
-def _rank_cells(r: dict, fastest: float | None) -> list[str]:
+def _findings_by_rank(view: dict, reports: list[dict]) -> list[tuple[int, dict]]:
+    """(rank, finding) of every finding of the ranks in ``view``, each report's findings in their ranked order."""
+    rank_of = {(r["path"], r["globalPid"], r["deviceId"]): r["rank"] for r in view["ranks"]}
+    return [(rank_of[key], f) for report in reports for f in report["findings"]
+            if (key := (report["trace"]["path"], f["globalPid"], f["deviceId"])) in rank_of]
+
+
+def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
+    """Findings of every rank, one per rule (its largest), largest gain first; ``ranks`` lists where it was found."""
+    by_rule: dict[str, dict] = {}
+    for rank, f in _findings_by_rank(view, reports):
+        kept = by_rule.setdefault(f["rule"], {**f, "ranks": []})
+        if f["gain_ns"] > kept["gain_ns"]:
+            by_rule[f["rule"]] = kept = {**f, "ranks": kept["ranks"]}
+        kept["ranks"].append(rank)
+    return sorted(by_rule.values(), key=lambda f: -f["gain_ns"])
+
+
+def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
+    """rank -> rule of its top finding (a report's findings are ranked: its first per rank)."""
+    out: dict[int, str] = {}
+    for rank, f in _findings_by_rank(view, reports):
+        out.setdefault(rank, f["rule"])
+    return out
+
+
+def rank_cells(r: dict, fastest: float | None, top_rule: str | None = None) -> list[str]:
     rel = (f"+{100 * (r['step_ns'] / fastest - 1):.1f}%" if fastest and r["step_ns"] is not None else "-")
     return [str(r["rank"]), r["label"] or r["trace"], count(r["steps"]), ms(r["step_ns"]), rel, ms(r["nccl_ns"]),
-            ms(r["nccl_exposed_ns"]), pct(r["idle_fraction"]), ms(r["offset_ns"])]
+            ms(r["nccl_exposed_ns"]), pct(r["idle_fraction"]), ms(r["offset_ns"]), top_rule or "-"]
+
+
+def ranks_where(f: dict) -> str:
+    ranks = sorted(f["ranks"])
+    return f" · rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
 def _step_rows(view: dict) -> list[dict]:
@@ -29,65 +66,67 @@ STEP_HEADERS = ["step", "ranks", "fastest", "median", "slowest", "spread", "slow
 
 def _step_cells(s: dict) -> list[str]:
     return [str(s["step"]), str(s["ranks"]), ms(s["min_ns"]), ms(s["median_ns"]), ms(s["max_ns"]), ms(s["spread_ns"]),
-            str(s["slowest_rank"]), ms(s["start_skew_ns"])]
+            "-" if s["slowest_rank"] is None else str(s["slowest_rank"]), ms(s["start_skew_ns"])]
 
 
 def verdict(view: dict) -> list[str]:
-    """The summary lines: spread, slowest rank, NCCL imbalance, likely straggler."""
+    """The summary lines: spread against the noise threshold, slowest rank, NCCL imbalance, likely straggler."""
     s = view["summary"]
     if not s.get("ranks"):
         return ["No rank with GPU work."]
+    slowest = f"; slowest rank {s['slowest_rank']}" if s.get("slowest_rank") is not None else ""
     lines = [f"{s['ranks']} ranks; step time ({s['scope']}) {ms(s['step_ns_min'])} to {ms(s['step_ns_max'])}, "
-             f"spread {ms(s['spread_ns'])} ({pct(s['spread_fraction'])} of the median); slowest rank {s['slowest_rank']}."]
+             f"spread {ms(s['spread_ns'])} ({pct(s['spread_fraction'])} of the median){slowest}."]
     if s.get("nccl_ns_max"):
+        least = f"; least on rank {s['least_nccl_rank']}" if s.get("least_nccl_rank") is not None else ""
         lines.append(f"NCCL time per rank {ms(s['nccl_ns_min'])} to {ms(s['nccl_ns_max'])} "
-                     f"(imbalance {ms(s['nccl_imbalance_ns'])}); least on rank {s['least_nccl_rank']}.")
+                     f"(imbalance {ms(s['nccl_imbalance_ns'])}){least}.")
+    threshold = (f"the noise threshold {ms(s['noise_ns'])} (the larger of {STRAGGLER_MIN_SHARE:.0%} of the median "
+                 f"step and {NOISE_MADS:g}× the ranks' step-time MAD)")
     if s.get("likely_straggler") is not None:
-        lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}).")
+        lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}; beyond {threshold}).")
     elif s.get("ranks", 0) > 1:
-        lines.append(f"No straggler: step and NCCL times differ by less than {STRAGGLER_MIN_SHARE:.0%} of the step.")
+        lines.append(f"No straggler: step and NCCL times differ by less than {threshold}.")
     if s.get("steps_compared"):
+        often = (f"; rank {s['slowest_rank_most_often']} is slowest most often"
+                 if s.get("slowest_rank_most_often") is not None else "")
         lines.append(f"{s['steps_compared']} steps compared across ranks: median per-step spread "
-                     f"{ms(s['step_spread_ns_median'])}; rank {s['slowest_rank_most_often']} is slowest most often.")
+                     f"{ms(s['step_spread_ns_median'])}{often}.")
     lines.append("Ranks aligned by session start (UTC): first GPU activity spread " + ms(s["start_spread_ns"]) + "."
                  if s.get("aligned") else "Session start time missing in some trace: ranks are not aligned in time.")
     return lines
 
 
-def render_text(view: dict, console: Console) -> None:
-    view = for_text(view)
-    table = Table(title="Ranks", title_justify="left")
-    fastest = view["summary"].get("step_ns_min")
-    for i, h in enumerate(RANK_HEADERS):
-        table.add_column(h, justify="left" if i == 1 else "right")
-    for r in view["ranks"]:
-        table.add_row(*[Text(c) for c in _rank_cells(r, fastest)])
-    console.print(table)
-    steps = _step_rows(view)
-    if steps:
-        st = Table(title="Per step across ranks (largest spread first)", title_justify="left")
-        for h in STEP_HEADERS:
-            st.add_column(h, justify="right")
-        for s in steps:
-            st.add_row(*_step_cells(s))
-        console.print(st)
+def render_text(view: dict, console: Console, reports: list[dict] = (), top: int | None = None,
+                details: bool = False) -> None:
+    """Verdict, one row per rank, the findings across ranks; the per-step spread table with ``details``."""
+    view, reports = for_text(view), [keeping_snippets(r, for_text) for r in reports]  # printed, never obeyed
+    console.print(Text("Ranks", style="bold underline"))
     for line in verdict(view):
-        console.print(Text(line))
-
-
-def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    return (["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-            + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows])
-
-
-def render_markdown(view: dict) -> str:
-    view = for_markdown(view)
+        console.print(Text("  " + line))
     fastest = view["summary"].get("step_ns_min")
-    out = ["## Ranks", ""] + _md_table(RANK_HEADERS, [_rank_cells(r, fastest) for r in view["ranks"]]) + [""]
+    rules = top_rules(view, reports)
+    console.print(table_of("One row per rank", RANK_HEADERS,
+                           [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9)))
+    steps = _step_rows(view)
+    if steps and details:
+        console.print(table_of("Per step across ranks (largest spread first)", STEP_HEADERS,
+                               [_step_cells(s) for s in steps]))
+    if reports:
+        print_findings(console, rank_findings(view, reports), top, ranks_where)
+
+
+def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None) -> str:
+    """Verdict, the rank table, the per-step spread table, the findings across ranks (markdown)."""
+    view, reports = for_markdown(view), [keeping_snippets(r, for_markdown) for r in reports]  # never as markdown
+    fastest = view["summary"].get("step_ns_min")
+    rules = top_rules(view, reports)
+    out = ["## Ranks", ""] + [f"- {line}" for line in verdict(view)] + [""]
+    out += md_table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]]) + [""]
     steps = _step_rows(view)
     if steps:
         out += ["Per step across ranks (largest spread first):", ""]
-        out += _md_table(STEP_HEADERS, [_step_cells(s) for s in steps]) + [""]
-    out += [f"- {line}" for line in verdict(view)]
+        out += md_table(STEP_HEADERS, [_step_cells(s) for s in steps]) + [""]
+    if reports:
+        out += findings_blocks(rank_findings(view, reports), top, ranks_where)
     return "\n".join(out) + "\n"

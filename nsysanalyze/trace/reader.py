@@ -77,6 +77,14 @@ class Trace:
         """Whether any string of the export (kernel, API, range names) matches the SQL LIKE ``pattern``."""
         return tables.any_string_like(self.conn, self.schema, pattern)
 
+    def kernel_durations(self, base: bool = False) -> pd.DataFrame:
+        """Every kernel's process, device, name id, start and duration (ns); not cached."""
+        return tables.kernel_durations(self.conn, self.schema, base)
+
+    def gpu_activities_between(self, global_pid: int, device_id: int, t0: int, t1: int) -> pd.DataFrame:
+        """Kernels, memcpys, memsets of one (process, device) starting in [t0, t1), with streamId; not cached."""
+        return tables.gpu_activities_between(self.conn, self.schema, global_pid, device_id, t0, t1)
+
     @cached_property
     def nvtx(self) -> pd.DataFrame:
         return tables.nvtx_ranges(self.conn, self.schema)

@@ -465,3 +465,44 @@ def session_start_utc_ns(conn: sqlite3.Connection, schema: Schema) -> int | None
         return None
     row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
     return int(row[0]) if row and row[0] is not None else None
+
+
+def kernel_name_column(schema: Schema, base: bool = False) -> str | None:
+    """The KERNEL column that names a kernel as ``nsys stats`` does: demangledName (``base``: shortName)."""
+    order = ("shortName", "demangledName") if base else ("demangledName", "shortName")
+    return next((c for c in order if schema.has(KERNEL, c)), None)
+
+
+def kernel_durations(conn: sqlite3.Connection, schema: Schema, base: bool = False) -> pd.DataFrame:
+    """Every kernel: globalPid, deviceId, nameId (see :func:`kernel_name_column`), start, duration_ns."""
+    columns = ["globalPid", "deviceId", "nameId", "start", "duration_ns"]
+    name = kernel_name_column(schema, base)
+    if name is None or not schema.has(KERNEL, "start", "end"):
+        return _empty(columns)
+    exprs = {"globalPid": schema.col_or(KERNEL, "globalPid", "0"), "deviceId": schema.col_or(KERNEL, "deviceId", "0"),
+             "nameId": schema.col_or(KERNEL, name, "-1"), "start": "start", "duration_ns": '"end" - start'}
+    return fetch_columns(conn, KERNEL, exprs, '"end" IS NOT NULL AND start IS NOT NULL', steady=("globalPid", "deviceId"))
+
+
+def gpu_activities_between(conn: sqlite3.Connection, schema: Schema, global_pid: int, device_id: int,
+                           t0: int, t1: int) -> pd.DataFrame:
+    """Kernels, memcpys and memsets of one (process, device) starting in [t0, t1): kind ('kernel',
+    'memcpy', 'memset'), start, end, streamId, copyKind (memcpys; else -1), nameId (kernels' shortName
+    StringIds id; else -1), ordered by start. For drawing one step, so a plain indexed-range query."""
+    columns = ["kind", "start", "end", "streamId", "copyKind", "nameId"]
+    parts = []
+    for kind, table, copy, name in (("kernel", KERNEL, "-1", schema.col_or(KERNEL, "shortName", "-1")),
+                                    ("memcpy", MEMCPY, schema.col_or(MEMCPY, "copyKind", "0"), "-1"),
+                                    ("memset", MEMSET, "-1", "-1")):
+        if not schema.has(table, "start", "end"):
+            continue
+        parts.append(
+            f"SELECT '{kind}', start, \"end\", {schema.col_or(table, 'streamId', '0')}, {copy}, {name} FROM {table} "
+            f"WHERE start >= ? AND start < ? AND \"end\" IS NOT NULL AND {schema.col_or(table, 'globalPid', '0')} = ? "
+            f"AND {schema.col_or(table, 'deviceId', '0')} = ?")
+    if not parts:
+        return pd.DataFrame({c: [] for c in columns})
+    args = [int(t0), int(t1), int(global_pid), int(device_id)] * len(parts)
+    rows = conn.execute(" UNION ALL ".join(parts) + " ORDER BY 2", args).fetchall()
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({c: np.int64 for c in columns[1:]})

@@ -1,0 +1,95 @@
+"""The JSON contract: one :class:`~nsysanalyze.analysis.Analysis` as plain data (documented in docs/json.md,
+checked against ``nsysanalyze/schema/report.schema.json``).
+
+Rules: every key is always present; a metric that the trace could not capture is null, never 0
+(no OS runtime table → the munmap metrics; no CUDA runtime table → the API call counts; no steps →
+the ``step_median_*`` fields); bytes and counts are integers (a median over an even number of steps
+is rounded to the nearest integer); devices are named ``deviceId`` everywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import FORMAT_VERSION
+from ..metrics import SUMMARY_MEDIAN_COLUMNS
+
+OSRT_METRICS = ["munmap_count", "munmap_ns", "munmap_gpu_idle_ns", "step_median_munmap_gpu_idle_ns"]
+RUNTIME_METRICS = ["launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns"]
+STEP_MEDIAN_KEYS = [f"step_median_{c}" for c in SUMMARY_MEDIAN_COLUMNS]
+INTEGER_SUFFIXES = ("_bytes", "_count", "_calls")
+
+
+def is_integer_key(name: str) -> bool:
+    """Bytes and counts: written as integers."""
+    return name.endswith(INTEGER_SUFFIXES) or name == "steps"
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    """DataFrame rows as JSON-safe dicts (NaN → None, numpy scalars → Python, bytes/counts → int), built
+    column by column."""
+    if frame.empty:
+        return []
+    columns = []
+    for name in frame.columns:
+        col = frame[name]
+        if is_integer_key(str(name)) and col.dtype.kind == "f":
+            col = np.floor(col + 0.5).astype("Int64")
+        values = col.to_numpy().tolist() if col.dtype.kind in "iufb" else list(col)
+        missing = col.isna().to_numpy()
+        if missing.any():
+            values = [None if m else v for v, m in zip(values, missing)]
+        if col.dtype.kind not in "iufb":
+            values = [v.item() if isinstance(v, np.generic) else v for v in values]
+        columns.append(values)
+    names = [str(c) for c in frame.columns]
+    return [dict(zip(names, row)) for row in zip(*columns)]
+
+
+def uncaptured(frame: pd.DataFrame, schema) -> pd.DataFrame:
+    """``frame`` with the metrics the trace did not capture set to null (see the module docstring)."""
+    missing = [] if schema.has("OSRT_API") else OSRT_METRICS
+    missing += [] if schema.has("CUPTI_ACTIVITY_KIND_RUNTIME") else RUNTIME_METRICS
+    present = [c for c in missing if c in frame.columns]
+    if not present or frame.empty:
+        return frame
+    return frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype="object") for c in present})
+
+
+def summary_frame(analysis) -> pd.DataFrame:
+    """Summary with the contract's names (gpu_idle_fraction: whole capture) and every step field present."""
+    s = analysis.summary().rename(columns={"idle_fraction": "gpu_idle_fraction"})
+    if s.empty:
+        return s
+    if "steps" not in s:
+        s["steps"] = 0
+    s["steps"] = s["steps"].fillna(0).astype(np.int64)
+    for key in STEP_MEDIAN_KEYS:
+        if key not in s:
+            s[key] = np.nan
+    return uncaptured(s, analysis.trace.schema)
+
+
+def kernel_records(analysis) -> list[dict]:
+    """Every kernel of the trace (``nsysanalyze.kernels``), largest total first per device."""
+    from ..kernels import kernel_table
+
+    return records(kernel_table(analysis))
+
+
+def report(analysis) -> dict:
+    """The report of one analysis: format_version, trace, notes, summary, steps, subranges, gaps, findings, kernels."""
+    info = asdict(analysis.info)
+    return {
+        "format_version": FORMAT_VERSION,
+        "trace": info,
+        "notes": list(analysis.notes),
+        "summary": {"devices": records(summary_frame(analysis))},
+        "steps": records(uncaptured(analysis.steps(), analysis.trace.schema)),
+        "subranges": records(analysis.subranges()),
+        "gaps": records(analysis.where_gpu_waited()),
+        "findings": [f.to_dict() for f in analysis.findings()],
+        "kernels": kernel_records(analysis),
+    }
