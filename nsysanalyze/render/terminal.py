@@ -186,9 +186,9 @@ def print_tables(report: dict, console: Console, sections) -> None:
     if dropped:
         console.print(Text(f"columns left out at this width: {', '.join(dropped)} (widen the terminal, "
                            "or --format csv)", style="dim"))
-    for table in (subranges_table(report), gaps_table(report) if "findings" in sections else None):
-        if table is not None:
-            console.print(table)
+    table = subranges_table(report)
+    if table is not None:
+        console.print(table)
 
 
 def render(report: dict, console: Console, sections=("summary", "steps", "findings"), top: int | None = None,
@@ -199,6 +199,10 @@ def render(report: dict, console: Console, sections=("summary", "steps", "findin
     if "findings" in sections:
         console.print()
         print_findings(console, report["findings"], top, framework=report["trace"].get("framework"))
+        table = gaps_table(report)  # the evidence behind the verdict: shown with it, not behind --details
+        if table is not None:
+            console.print()
+            console.print(table)
     tables = [s for s in sections if s != "findings"]
     if tables and details:
         console.print()
