@@ -49,6 +49,7 @@ OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|s
                      r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
                      r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
 SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch/dispatch gaps
+IDLE_CHUNK = 1 << 17    # idle intervals attributed at a time (bounds the per-segment temporaries)
 GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "short_gap", "ns"]
 SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
 
@@ -183,8 +184,14 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, busy: dict[tuple[int, 
         idx = host_groups.get((key[0],), False)
         h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
         ends = np.sort(syncs["end"].to_numpy()[syncs["globalPid"].to_numpy() == key[0]]) if len(syncs) else np.empty(0, np.int64)
-        out.append(_device_gaps(key, idle_s, idle_e, mine, h, ends))
+        hs, he = h["start"].to_numpy(), h["end"].to_numpy()
+        for lo in range(0, idle_s.size, IDLE_CHUNK):  # bounded temporaries: one slice of the idle intervals at a time
+            a, b = idle_s[lo:lo + IDLE_CHUNK], idle_e[lo:lo + IDLE_CHUNK]
+            near = (hs < b[-1]) & (he > a[0])
+            out.append(_device_gaps(key, a, b, mine, h if near.all() else h[near], ends))
     gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in GAP_COLUMNS})
+    if len(out) > 1:  # slices of one device share groups
+        gaps = gaps.groupby([c for c in GAP_COLUMNS if c != "ns"], as_index=False, sort=False)["ns"].sum()[GAP_COLUMNS]
     return gaps.astype({"ns": np.int64, "step": np.int64})
 
 
