@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, lanes_per_batch
+from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, lanes_per_batch
 from .trace.tables import pid_of
 
 DIGITS = re.compile(r"\d+")
@@ -200,6 +200,8 @@ MIN_REPEATS = 3          # occurrences of an anchor kernel (two full periods)
 MIN_SPAN = 0.5           # share of the device's kernels the repetition must span
 ITERATION_SHARE = 0.5    # a step range holds at least this share of one period's kernels
 BUSY_SHARE = 0.5         # without a period: step ranges' GPU spans hold this share of GPU-busy time
+PERIOD_PREFIX = 1 << 19  # kernels the period is looked for in (memory stays bounded on 10M-kernel traces)
+PHASE_ITERATIONS = 16    # iterations the boundary's offset is chosen on
 
 
 def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[int, np.ndarray] | None:
@@ -212,35 +214,41 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     The period is the longest such spacing (the outermost loop). Iterations start at the kernel, at a fixed
     offset from the anchor's occurrences, preceded by the longest median GPU idle (the loop's natural
     boundary, e.g. waiting for the batch load).
+    The period, anchor and offset are found on the first PERIOD_PREFIX kernels (periods up to a third of
+    it: ~175k kernels per iteration); the anchor's occurrences are then taken over the whole sequence.
     """
-    order = np.argsort(starts, kind="stable")
-    seq, t0, t1 = name_ids[order], starts[order], ends[order]
+    if is_sorted(starts):
+        seq, t0, t1 = name_ids, starts, ends
+    else:
+        order = np.argsort(starts, kind="stable")
+        seq, t0, t1 = name_ids[order], starts[order], ends[order]
     n = seq.size
     if n < 2 * MIN_REPEATS:
         return None
-    by_name = np.argsort(seq, kind="stable")
-    names_sorted = seq[by_name]
+    m = min(n, PERIOD_PREFIX)
+    head = seq[:m]
+    by_name = np.argsort(head, kind="stable")
+    names_sorted = head[by_name]
     same = names_sorted[1:] == names_sorted[:-1]
     gaps = pd.DataFrame({"name": names_sorted[1:][same], "gap": np.diff(by_name)[same]})
     stats = gaps.groupby("name")["gap"].agg(["min", "max", "median", "size"])
     stats = stats[(stats["size"] >= MIN_REPEATS - 1) & (stats["median"] >= 2)
                   & (stats["max"] - stats["min"] <= PERIOD_TOLERANCE * stats["median"])
-                  & (stats["median"] * (stats["size"] + 1) >= MIN_SPAN * n)]
+                  & (stats["median"] * (stats["size"] + 1) >= MIN_SPAN * m)]
     if stats.empty:
         return None
     period = int(round(stats["median"].max()))
     anchor = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()[0]
-    # the iteration boundary: the kernel at the phase (offset from the anchor) with the longest median idle
-    # before it — where the loop waits for its next input, whichever kernel starts the iteration
-    idle_before = np.concatenate(([0], t0[1:] - np.maximum.accumulate(t1)[:-1]))
+    done_before = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))  # GPU completion before each kernel
+    # the iteration boundary: the kernel at the offset from the anchor with the longest median GPU idle
+    # before it (on the first PHASE_ITERATIONS iterations) — where the loop waits for its next input
     at = np.flatnonzero(seq == anchor)
-    pos = at[:, None] + np.arange(period)[None, :]
-    valid = pos < n
-    lead = np.where(valid, idle_before[np.minimum(pos, n - 1)], -1)
-    phase = int(np.argmax(np.median(lead[valid.all(axis=1)], axis=0) if valid.all(axis=1).any() else lead[0]))
+    pos = at[:PHASE_ITERATIONS, None] + np.arange(period)[None, :]
+    full = (pos < n).all(axis=1)
+    lead = t0[np.minimum(pos, n - 1)] - done_before[np.minimum(pos, n - 1)]
+    phase = int(np.argmax(np.median(lead[full], axis=0) if full.any() else lead[0]))
     first = np.concatenate(([at[0] + phase - period], at + phase))  # one more boundary before the first anchor
     first = first[(first >= 0) & (first < n)]
-    done_before = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))  # GPU completion before each kernel
     return period, np.minimum(done_before[first], t0[first])
 
 
