@@ -200,7 +200,7 @@ class Analysis:
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
         host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0],
-                                A.idle_by_process(capture, busy))
+                                A.busy_by_process(capture, busy))
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, busy, host, A.sync_ends(runtime))
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), busy) for w in (steps, capture) if len(w)],

@@ -39,7 +39,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import Coverage, group_indices, unique_sorted
+from .intervals import BLOCK, Coverage, group_indices, unique_sorted
 from .trace.tables import pid_of
 
 LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -65,33 +65,38 @@ def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"globalPid": pid_of(sync["globalTid"].to_numpy()), "end": sync["end"].to_numpy(np.int64)})
 
 
-def idle_by_process(capture: pd.DataFrame, busy: dict[tuple[int, int], Coverage]) -> dict[int, Coverage]:
-    """Per process: where any of its devices idles inside its capture window (the union of their idle)."""
-    out: dict[int, list] = {}
+def busy_by_process(capture: pd.DataFrame, busy: dict[tuple[int, int], Coverage]) -> dict[int, list[tuple]]:
+    """Per process: (busy coverage, window_start, window_end) of each of its devices (capture windows)."""
+    out: dict[int, list[tuple]] = {}
     for row in capture.itertuples(index=False):
-        s, e = _idle(busy.get((int(row.globalPid), int(row.deviceId))), int(row.window_start), int(row.window_end))
-        out.setdefault(int(row.globalPid), []).append((s, e))
-    return {pid: Coverage(np.concatenate([s for s, _ in p]), np.concatenate([e for _, e in p])) for pid, p in out.items()}
+        cov = busy.get((int(row.globalPid), int(row.deviceId)))
+        out.setdefault(int(row.globalPid), []).append((cov, int(row.window_start), int(row.window_end)))
+    return out
 
 
-def _during_idle(frame: pd.DataFrame, pids: np.ndarray, idle: dict[int, Coverage]) -> np.ndarray:
-    """Rows of ``frame`` (start, end) that overlap their process's GPU idle: only those can be causes."""
+def _during_idle(frame: pd.DataFrame, pids: np.ndarray, devices: dict[int, list[tuple]]) -> np.ndarray:
+    """Rows of ``frame`` (start, end) that overlap the GPU idle of one of their process's devices — only those
+    can be causes: a row overlaps idle where the device's busy time does not cover the whole of it (inside
+    the capture window). Taken a block of rows at a time (bounded temporaries)."""
     keep = np.zeros(len(frame), dtype=bool)
     start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
     for (pid,), idx in group_indices(pids):
-        cov = idle.get(int(pid))
-        if cov is None:
-            continue
-        rows = slice(None) if idx is None else idx
-        keep[rows] = cov.within(start[rows], end[rows]) > 0
+        rows = np.arange(len(frame)) if idx is None else idx
+        for lo in range(0, rows.size, BLOCK):
+            r = rows[lo:lo + BLOCK]
+            for cov, w0, w1 in devices.get(int(pid), []):
+                s, e = np.maximum(start[r], w0), np.minimum(end[r], w1)
+                inside = e > s
+                covered = cov.within(s, e) if cov is not None else np.zeros(r.size, np.int64)
+                keep[r] |= inside & (covered < e - s)
     return keep
 
 
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
-                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame, idle: dict[int, Coverage]) -> pd.DataFrame:
+                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]]) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
-    only those that overlap their process's GPU idle (``idle``: :func:`idle_by_process`) — most launches run
-    while the GPU is busy, so this keeps the attribution small.
+    only those that overlap the GPU idle of their process's devices (``devices``: :func:`busy_by_process`) —
+    most launches run while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
     alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
@@ -99,14 +104,16 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     """
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
     launching = runtime["api"].to_numpy() == "launch"
-    primary = _primary_threads(runtime[launching], step_ranges)
-    launch_tids = set(pd.unique(runtime["globalTid"].to_numpy()[launching]).tolist())
-    during = _during_idle(runtime, rt_pid, idle)
+    tids = runtime["globalTid"].to_numpy()[launching]
+    primary = _primary_threads(tids, step_ranges)
+    launch_tids = set(pd.unique(tids).tolist())
+    del tids
+    during = _during_idle(runtime, rt_pid, devices)
     runtime, rt_pid, launching = runtime[during], rt_pid[during], launching[during]
     if len(osrt):
-        osrt = osrt[_during_idle(osrt, pid_of(osrt["globalTid"].to_numpy()), idle)]
+        osrt = osrt[_during_idle(osrt, pid_of(osrt["globalTid"].to_numpy()), devices)]
     if len(nvtx):
-        nvtx = nvtx[_during_idle(nvtx, pid_of(nvtx["globalTid"].to_numpy()), idle)]
+        nvtx = nvtx[_during_idle(nvtx, pid_of(nvtx["globalTid"].to_numpy()), devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
     blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
@@ -150,11 +157,12 @@ def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause) -> pd.Dat
                          "globalPid": pids, "level": level, "cause": pd.Categorical(cause)})
 
 
-def _primary_threads(launches: pd.DataFrame, step_ranges: pd.DataFrame) -> dict[int, int]:
-    """globalPid -> its primary thread: the thread of its step ranges, else its most-launching thread."""
+def _primary_threads(launch_tids: np.ndarray, step_ranges: pd.DataFrame) -> dict[int, int]:
+    """globalPid -> its primary thread: the thread of its step ranges, else its most-launching thread
+    (``launch_tids``: the globalTid of every launch call)."""
     out = {}
-    if len(launches):
-        counts = launches["globalTid"].value_counts()
+    if launch_tids.size:
+        counts = pd.Series(launch_tids).value_counts()
         for tid in counts.index[::-1]:  # most launches last, so it wins
             out[int(pid_of(np.array([tid]))[0])] = int(tid)
     if len(step_ranges):
@@ -318,12 +326,12 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
     """Per step row: start (ns) of the first call of its process that puts work on the GPU (a launch or a
     copy) inside the step's CPU range [cpu_start, cpu_end), or cpu_end when there is none."""
     out = steps["cpu_end"].to_numpy(np.int64).copy()
-    launches = runtime[runtime["api"].isin(["launch", "sync_copy", "async_copy"]).to_numpy()]
-    if launches.empty or steps.empty:
+    puts_work = runtime["api"].isin(["launch", "sync_copy", "async_copy"]).to_numpy()
+    if not puts_work.any() or steps.empty:
         return out
-    pids = pid_of(launches["globalTid"].to_numpy())
+    pids, starts = pid_of(runtime["globalTid"].to_numpy()[puts_work]), runtime["start"].to_numpy()[puts_work]
     for (pid,), idx in group_indices(steps["globalPid"].to_numpy()):
-        t = np.sort(launches["start"].to_numpy()[pids == pid])
+        t = np.sort(starts[pids == pid])
         if t.size == 0:
             continue
         rows = np.arange(len(steps)) if idx is None else idx
