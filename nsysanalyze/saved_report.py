@@ -92,7 +92,9 @@ def read_report(path: str | os.PathLike) -> dict:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
     except (ValueError, RecursionError) as e:  # invalid JSON or UTF-8; nesting too deep
         raise InputError(f"{path}: not a JSON report ({str(e)[:200]})") from None
-    for d in (doc.get("summary") or {}).get("devices") or [] if isinstance(doc, dict) else []:
+    summary = doc.get("summary") if isinstance(doc, dict) else None
+    devices = summary.get("devices") if isinstance(summary, dict) else None
+    for d in devices if isinstance(devices, list) else []:
         if isinstance(d, dict) and "deviceId" not in d and "device" in d:  # format 1 named it "device"
             d["deviceId"] = d.pop("device")
     problem = check(doc, REPORT, "")

@@ -528,3 +528,14 @@ def test_rep_named_like_an_option_reaches_nsys_as_a_file(tmp_path, monkeypatch):
     proc = run_cli("summary", "--", "-o.nsys-rep", env_extra=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "nsys-calls").read_text().split()[7:] == ["--", str(tmp_path / "-o.nsys-rep")]
+
+
+def test_saved_report_whose_summary_is_not_an_object(tmp_path):
+    """Found by the hypothesis test: a saved report with "summary": true crashed the format-1 rename."""
+    from nsysanalyze.errors import InputError
+    from nsysanalyze.saved_report import read_report
+
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"format_version": 2, "trace": {}, "summary": True}))
+    with pytest.raises(InputError, match="not a single-trace nsysanalyze JSON report"):
+        read_report(p)
