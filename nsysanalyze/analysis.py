@@ -419,8 +419,10 @@ class Analysis:
 
     def where_gpu_waited(self) -> pd.DataFrame:
         """Per (process, device): the idle-gap attribution the rules read — GPU idle ns per cause (median per
-        steady step, or whole capture without steps), with the part before the step's first launch and
-        after host syncs: globalPid, deviceId, scope, cause_kind, cause, ns, before_launch_ns, after_sync_ns."""
+        steady step, or whole capture without steps), with the parts before the step's first launch, after
+        host syncs, in short gaps and in short gaps after syncs: globalPid, deviceId, scope, then
+        attribution.SUMMARY_COLUMNS (cause_kind, cause, ns, before_launch_ns, after_sync_ns, short_gap_ns,
+        short_after_sync_ns)."""
         rows = [ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope) for ev in self.evidence()]
         cols = ["globalPid", "deviceId", "scope", *A.SUMMARY_COLUMNS]
         return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

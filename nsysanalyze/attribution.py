@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import BLOCK, Coverage, group_indices, unique_sorted
+from .steps import group_name
 from .trace.tables import pid_of
 
 LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -99,7 +100,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     most launches run while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
-    alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
+    async_copy/alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
     globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
@@ -133,8 +134,6 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
                 rows = osrt[mask]
                 parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].to_numpy()))
     if len(nvtx) and primary:
-        from .steps import group_name
-
         on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values()))
         if len(step_ranges):  # the step ranges themselves are the windows, not causes
             step_key = pd.MultiIndex.from_frame(step_ranges[["globalTid", "cpu_start", "cpu_end"]])
@@ -222,7 +221,6 @@ def idle_gap_metrics(windows: pd.DataFrame, busy: dict[tuple[int, int], Coverage
         short[rows] = np.bincount(k[hit], weights=np.where(length[hit] < SHORT_GAP_NS, length[hit], 0),
                                   minlength=len(w)).astype(np.int64)
     return pd.DataFrame({"idle_gap_count": count, "idle_short_gap_ns": short}, index=windows.index)
-
 
 
 def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

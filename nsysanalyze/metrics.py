@@ -1,8 +1,8 @@
 """Per-window GPU and CPU metrics: pure functions over the loaded frames (no SQL here).
 
 A *window* is one row with globalPid, deviceId, window_start, window_end (ns) and the CPU
-side's key: globalTid (a step's thread, or -1 for every thread of the process) with
-cpu_start/cpu_end. Step windows come from ``steps.project_steps``; the whole-trace window
+side's key: globalTid (a thread, or -1 for every thread of the process: what the pipeline uses for
+steps and captures, since PyTorch launches the backward from autograd threads) with cpu_start/cpu_end. Step windows come from ``steps.project_steps``; the whole-trace window
 of a device (first GPU activity start → last GPU activity end) from ``steps.capture_windows``.
 
 Definitions (all times ns, sizes bytes; |X| is the length of the union of intervals X

@@ -7,6 +7,7 @@ count on every thread of the process (PyTorch launches the backward from autogra
 """
 from __future__ import annotations
 
+from ..attribution import SHORT_GAP_NS
 from . import Evidence, Finding, make_finding
 from .fixes import pick
 
@@ -49,7 +50,8 @@ def launch_bound(ev: Evidence) -> Finding | None:
     return make_finding(
         ev, "launch-bound",
         f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
-        f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < 100 us that no sync explains",
+        f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < "
+        f"{SHORT_GAP_NS / 1e3:.0f} us that no sync explains",
         confidence=0.8, gain_ns=short,
         evidence={"kernels": kernels, "gpu_ns_per_kernel": gpu_per_kernel, "host_ns_per_kernel": host_per_kernel,
                   "gpu_idle_fraction": idle, "idle_in_short_gaps_without_sync_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
