@@ -19,9 +19,11 @@ import pandas as pd
 
 from . import attribution as A
 from . import framework as F
+from . import kernels as K
 from . import metrics as M
 from . import steps as S
 from .errors import InputError
+from .intervals import unique_sorted
 from .rules import Evidence, Finding, diagnose
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
@@ -68,7 +70,7 @@ class Analysis:
     # when no step is projected), and runtime calls by API name (see _projection).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
-        cols = ["start", "end", "deviceId", "globalPid", "nameId", "streamId"]
+        cols = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId"]
         return self.trace.gpu_table("kernels", cols + (["correlationId"] if self._projects_steps else []))
 
     @cached_property
@@ -187,15 +189,17 @@ class Analysis:
         """
         steps, capture = self._step_windows, self._capture_windows
         capture = capture.assign(globalTid=-1, cpu_start=capture["window_start"], cpu_end=capture["window_end"])
-        windows = pd.concat([w[self.WINDOW_KEYS].assign(globalTid=-1) for w in (steps, capture) if len(w)],
-                            ignore_index=True)
+        parts = [w[self.WINDOW_KEYS].assign(globalTid=-1) for w in (steps, capture) if len(w)]
+        windows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=self.WINDOW_KEYS)
         if windows.empty:
             self.__dict__["_gaps"] = pd.DataFrame({c: [] for c in A.GAP_COLUMNS})
+            self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
-        self.__dict__["_kernels"] = self._kernels.drop(columns="streamId")
+        self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
+        self.__dict__["_kernels"] = self._kernels.drop(columns=["streamId", "demangledId"])
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
@@ -213,6 +217,16 @@ class Analysis:
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
         self.__dict__.pop("_memsets", None)
         return pd.concat([gpu, cpu, gaps], axis=1)
+
+    def _aggregate_kernels(self, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+        """The per-kernel table (nsysanalyze.kernels) of the loaded kernels, by demangled name."""
+        names = self.trace.strings(unique_sorted(kernels["demangledId"].to_numpy())) if len(kernels) else {}
+        return K.aggregate(kernels, names, K.step_windows(steps), name_column="demangledId")
+
+    def kernel_table(self) -> pd.DataFrame:
+        """Per (process, GPU, demangled kernel name): launches and time (see nsysanalyze.kernels)."""
+        self._window_metric_columns  # noqa: B018 (made in the same pass)
+        return self._kernel_table.copy()
 
     def _metrics_of(self, windows: pd.DataFrame, first: int) -> pd.DataFrame:
         """``windows`` with their metric columns (rows ``first``.. of _window_metric_columns)."""

@@ -151,29 +151,51 @@ def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.n
     return cum[np.searchsorted(t, b, side="left")] - cum[np.searchsorted(t, a, side="left")]
 
 
-def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray | None]]:
-    """Rows per distinct combination of the key arrays, as (key tuple, row indices); indices are
-    None when every row has the same key (no index array is built). Keys in sorted order."""
+def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Group of each row of the key arrays as a dense code 0..g-1 (groups in sorted key order), and each
+    key's value per group. A key with one value costs one compare pass, not a hash."""
     n = len(keys[0]) if keys else 0
-    if n == 0:
-        return []
-    if all(bool((k == k[0]).all()) for k in keys):
-        return [(tuple(k[0].item() for k in keys), None)]
     code = np.zeros(n, dtype=np.int64)
     uniques = []
     for k in keys:
+        k = np.asarray(k)
+        if n == 0 or bool((k == k[0]).all()):
+            uniques.append(k[:1])
+            continue
         c, u = pd.factorize(k, sort=True)
-        code = code * len(u) + c
-        uniques.append(u)
-    counts = np.bincount(code)
-    present = np.flatnonzero(counts)
-    order = np.argsort(code, kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(counts[present])))
-    out = []
-    for i, c in enumerate(present):
-        key, rest = [], int(c)
-        for u in reversed(uniques):
-            rest, r = divmod(rest, len(u))
-            key.append(u[r].item() if hasattr(u[r], "item") else u[r])
-        out.append((tuple(reversed(key)), order[bounds[i]:bounds[i + 1]]))
-    return out
+        code *= len(u)
+        code += c
+        uniques.append(np.asarray(u))
+    size = int(np.prod([len(u) for u in uniques], dtype=np.int64)) if n else 0
+    if size <= 1:
+        return code, uniques
+    if size <= max(n, 1 << 16):  # dense enough for a count per possible code
+        present = np.flatnonzero(np.bincount(code, minlength=size))
+        code = np.searchsorted(present, code)
+    else:
+        code, present = pd.factorize(code, sort=True)
+    values, rest = [], np.asarray(present, dtype=np.int64)
+    for u in reversed(uniques):
+        rest, r = np.divmod(rest, len(u))
+        values.append(u[r])
+    return code, values[::-1]
+
+
+def stable_group_order(code: np.ndarray, groups: int) -> np.ndarray:
+    """Row order that lists each group's rows together, groups in code order, rows in their order
+    (``code``: 0..groups-1; a radix sort when the codes fit in 16 bits)."""
+    return np.argsort(code.astype(np.uint16) if groups <= 1 << 16 else code, kind="stable")
+
+
+def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray | None]]:
+    """Rows per distinct combination of the key arrays, as (key tuple, row indices); indices are
+    None when every row has the same key (no index array is built). Keys in sorted order."""
+    if not keys or len(keys[0]) == 0:
+        return []
+    code, values = group_codes(*keys)
+    if len(values[0]) == 1 and all(len(v) == 1 for v in values):
+        return [(tuple(v[0].item() if hasattr(v[0], "item") else v[0] for v in values), None)]
+    order = stable_group_order(code, len(values[0]))
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(code))))
+    return [(tuple(v[i].item() if hasattr(v[i], "item") else v[i] for v in values), order[bounds[i]:bounds[i + 1]])
+            for i in range(len(values[0]))]

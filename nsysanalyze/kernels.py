@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .intervals import group_codes, group_indices, unique_sorted
 from .metrics import steady_steps
 
 KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
@@ -19,61 +20,91 @@ KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns
 UNNAMED = "(unnamed kernel)"
 
 
-def aggregate(durations: pd.DataFrame, names: dict[int, str], steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per (globalPid, deviceId, nameId) of ``durations`` (columns globalPid, deviceId, nameId, start,
-    duration_ns), sorted by device then total time (desc); ``steps``: step windows (globalPid, deviceId,
-    window_start, window_end) that the per-step columns count in."""
-    if durations.empty:
+def aggregate(kernels: pd.DataFrame, names: dict[int, str], steps: pd.DataFrame | None = None,
+              name_column: str = "nameId") -> pd.DataFrame:
+    """One row per (globalPid, deviceId, name id) of ``kernels`` (columns globalPid, deviceId, start, end ns and
+    ``name_column``), sorted by device then total time (desc); ``steps``: step windows (globalPid, deviceId,
+    window_start, window_end) that the per-step columns count in. One grouping pass and one sort of
+    (group, duration) keys: no per-kernel Python work, and ``kernels`` is not copied."""
+    if kernels.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    keys = ["globalPid", "deviceId", "nameId"]
-    d = durations.sort_values(keys + ["duration_ns"], kind="stable", ignore_index=True)
-    key_values = d[keys].to_numpy()
-    first = np.flatnonzero(np.r_[True, (key_values[1:] != key_values[:-1]).any(axis=1)])
-    count = np.diff(np.r_[first, len(d)])
-    dur = d["duration_ns"].to_numpy(dtype=np.int64)
-    total = np.add.reduceat(dur, first)
-    median = (dur[first + (count - 1) // 2] + dur[first + count // 2]) / 2  # mean of the middle pair when even
-    out = d.loc[first, keys].reset_index(drop=True)
+    pid, dev = kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()
+    code, (g_pid, g_dev, g_name) = group_codes(pid, dev, kernels[name_column].to_numpy())
+    dur = kernels["end"].to_numpy(np.int64) - kernels["start"].to_numpy(np.int64)
+    count = np.bincount(code)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    sorted_dur = _durations_by_group(code, dur, count.size)
+    total = np.add.reduceat(sorted_dur, first)
+    median = (sorted_dur[first + (count - 1) // 2] + sorted_dur[first + count // 2]) / 2  # mean of the middle pair
+    out = pd.DataFrame({"globalPid": g_pid, "deviceId": g_dev, "nameId": g_name}).astype(np.int64)
     out["name"] = out["nameId"].map(names).fillna(UNNAMED)
-    out = out.assign(count=count, total_ns=total, mean_ns=total / count, median_ns=median, min_ns=dur[first],
-                     max_ns=dur[first + count - 1])
+    out = out.assign(count=count, total_ns=total, mean_ns=total / count, median_ns=median, min_ns=sorted_dur[first],
+                     max_ns=sorted_dur[first + count - 1])
     out["share"] = out["total_ns"] / out.groupby(["globalPid", "deviceId"])["total_ns"].transform("sum")
     out["steps"], out["per_step_ns"], out["launches_per_step"] = None, None, None
     if steps is not None and not steps.empty:
-        in_step = in_windows(d, steps)
-        group = np.repeat(np.arange(len(first)), count)
+        in_step = in_windows(kernels, steps)
         n_steps = steps.groupby(["globalPid", "deviceId"]).size()
-        per_device = pd.MultiIndex.from_frame(out[["globalPid", "deviceId"]])
-        n = n_steps.reindex(per_device).to_numpy(dtype=float)
+        n = n_steps.reindex(pd.MultiIndex.from_frame(out[["globalPid", "deviceId"]])).to_numpy(dtype=float)
         out["steps"] = pd.array(np.where(np.isnan(n), 0, n).astype(np.int64), dtype="Int64")
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["per_step_ns"] = np.bincount(group, weights=dur * in_step, minlength=len(first)) / n
-            out["launches_per_step"] = np.bincount(group, weights=in_step, minlength=len(first)) / n
+            out["per_step_ns"] = np.bincount(code, weights=np.where(in_step, dur, 0), minlength=count.size) / n
+            out["launches_per_step"] = np.bincount(code, weights=in_step, minlength=count.size) / n
     out = out.sort_values(["globalPid", "deviceId", "total_ns"], ascending=[True, True, False], kind="stable")
     return out[KERNEL_COLUMNS].reset_index(drop=True)
 
 
+def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.ndarray:
+    """``dur`` ordered by (code, duration): one sort of code x span + duration when that fits in int64,
+    else a lexsort."""
+    low = int(dur.min())
+    span = int(dur.max()) - low + 1
+    if groups * span < 1 << 62:
+        keyed = np.sort(code * span + (dur - low))
+        return keyed % span + low
+    return dur[np.lexsort((dur, code))]
+
+
 def in_windows(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """Whether each kernel (globalPid, deviceId, start) starts inside a step window of its device."""
+    """Whether each kernel (globalPid, deviceId, start) starts inside a step window [window_start, window_end)
+    of its device (the kernels are grouped by device once)."""
     inside = np.zeros(len(kernels), dtype=bool)
-    for (pid, dev), w in steps.groupby(["globalPid", "deviceId"]):  # one pass per device, vectorized inside
-        mine = np.flatnonzero((kernels["globalPid"].to_numpy() == pid) & (kernels["deviceId"].to_numpy() == dev))
+    windows = dict(list(steps.groupby(["globalPid", "deviceId"])))
+    start = kernels["start"].to_numpy()
+    for key, rows in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
+        w = windows.get(key)
+        if w is None:
+            continue
         w = w.sort_values("window_start")
         starts, ends = w["window_start"].to_numpy(), w["window_end"].to_numpy()
-        t = kernels["start"].to_numpy()[mine]
+        t = start if rows is None else start[rows]
         i = np.searchsorted(starts, t, side="right") - 1
-        inside[mine] = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+        hit = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+        if rows is None:
+            inside = hit
+        else:
+            inside[rows] = hit
     return inside
 
 
 def kernel_table(analysis, base: bool = False) -> pd.DataFrame:
-    """The per-kernel table of one :class:`~nsysanalyze.analysis.Analysis` (its steady steps for the per-step columns)."""
-    trace = analysis.trace
-    durations = trace.kernel_durations(base)
-    names = trace.strings(np.unique(durations["nameId"].to_numpy())) if len(durations) else {}
-    steps = analysis.steps()
-    windows = steady_steps(steps)[["globalPid", "deviceId", "window_start", "window_end"]] if not steps.empty else None
-    return aggregate(durations, names, windows)
+    """The per-kernel table of one :class:`~nsysanalyze.analysis.Analysis` (its steady steps for the per-step
+    columns): demangled names from the kernels the metrics read, short names (``base``) from a read of its own."""
+    if not base:
+        return analysis.kernel_table()
+    return from_trace(analysis.trace, analysis.steps(), base)
+
+
+def from_trace(trace, steps: pd.DataFrame, base: bool = False) -> pd.DataFrame:
+    """The per-kernel table from a read of the kernel table by name (see ``tables.kernel_name_column``)."""
+    kernels = trace.kernel_names(base)
+    names = trace.strings(unique_sorted(kernels["nameId"].to_numpy())) if len(kernels) else {}
+    return aggregate(kernels, names, step_windows(steps))
+
+
+def step_windows(steps: pd.DataFrame) -> pd.DataFrame | None:
+    """The steady step windows (globalPid, deviceId, window_start, window_end) the per-step columns count in."""
+    return steady_steps(steps)[["globalPid", "deviceId", "window_start", "window_end"]] if not steps.empty else None
 
 
 def top(table: pd.DataFrame, n: int | None) -> pd.DataFrame:

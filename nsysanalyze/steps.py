@@ -61,6 +61,17 @@ class StepRangeError(InputError):
     """``--step-range`` is not a valid regex, or matches no NVTX range."""
 
 
+def per_distinct(fn):
+    """``fn`` (Series of names -> Series) applied once per distinct name and spread back to every row."""
+    def apply(names: pd.Series) -> pd.Series:
+        codes, uniques = pd.factorize(names, use_na_sentinel=False)
+        values = fn(pd.Series(uniques, dtype=names.dtype)).to_numpy()
+        return pd.Series(values[codes], index=names.index)
+    apply.__doc__, apply.__name__ = fn.__doc__, fn.__name__
+    return apply
+
+
+@per_distinct
 def family_of(names: pd.Series) -> pd.Series:
     """Step-family key per range name: the name with digit runs as '{n}' ('Batch {n}', 'Step {n} to {n}'),
     a repeated step-like name as itself ('train_step'), or '' when the name cannot be a step
@@ -73,6 +84,7 @@ def family_of(names: pd.Series) -> pd.Series:
     return family.where(~family.str.contains(NOT_A_STEP) & ~stripped.str.contains(OP_OR_LAYER_NAME), "")
 
 
+@per_distinct
 def group_name(names: pd.Series) -> pd.Series:
     """Display/grouping name of NVTX sub-ranges: numbered ranges by their family ('IO 12' -> 'IO {n}')."""
     key = names.str.strip().str.replace(DIGITS, COUNTER, regex=True)

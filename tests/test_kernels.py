@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import fixture_trace
 from nsysanalyze.analysis import Analysis
 from nsysanalyze.cli import cli
-from nsysanalyze.kernels import aggregate, kernel_table
+from nsysanalyze.kernels import aggregate, from_trace, kernel_table
 from nsysanalyze.metrics import steady_steps
 
 BASELINE = fixture_trace("resnet18_baseline.sqlite")
@@ -64,7 +64,8 @@ def test_per_step_counts_only_kernels_starting_in_the_steady_steps():
     with Analysis(BASELINE) as a:
         table = kernel_table(a)
         steps = steady_steps(a.steps())
-        kernels = a.trace.kernel_durations()
+        kernels = a.trace.kernel_names()
+    kernels["duration_ns"] = kernels["end"] - kernels["start"]
     inside = pd.Series(False, index=kernels.index)
     for w in steps.itertuples():  # the plain way: one window at a time
         inside |= (kernels["start"] >= w.window_start) & (kernels["start"] < w.window_end)
@@ -73,10 +74,26 @@ def test_per_step_counts_only_kernels_starting_in_the_steady_steps():
     assert (table["launches_per_step"] * len(steps)).sum() == pytest.approx(inside.sum())
 
 
+@pytest.mark.parametrize("path", [BASELINE, DDP0, fixture_trace("tinyops_eager.sqlite")])
+def test_table_from_the_metrics_kernels_equals_a_read_by_name(path):
+    """The JSON view aggregates the kernels the metrics loaded; the straightforward path reads them again."""
+    with Analysis(path) as a:
+        pd.testing.assert_frame_equal(a.kernel_table(), from_trace(a.trace, a.steps()))
+
+
+def test_aggregate_sorts_durations_exactly_when_the_keyed_sort_would_overflow():
+    """Unit test on hand-made rows: a span of 2^61 ns with two groups takes the lexsort path."""
+    rows = pd.DataFrame({"globalPid": [1] * 4, "deviceId": [0] * 4, "nameId": [1, 2, 1, 2],
+                         "start": [0, 0, 0, 0], "end": [2 ** 61, 5, 3, 1]})
+    t = aggregate(rows, {1: "a", 2: "b"})
+    assert t[["name", "min_ns", "max_ns", "median_ns"]].values.tolist() == [["a", 3, 2 ** 61, (2 ** 61 + 3) / 2],
+                                                                             ["b", 1, 5, 3.0]]
+
+
 def test_aggregate_exact_values_on_a_tiny_frame():
     """Unit test on hand-made rows (not a trace): two names on one GPU, one name on another."""
     rows = pd.DataFrame({"globalPid": [1, 1, 1, 1, 1], "deviceId": [0, 0, 0, 0, 1], "nameId": [7, 7, 7, 8, 7],
-                         "start": [0, 10, 100, 20, 0], "duration_ns": [4, 2, 10, 3, 5]})
+                         "start": [0, 10, 100, 20, 0], "end": [4, 12, 110, 23, 5]})
     steps = pd.DataFrame({"globalPid": [1], "deviceId": [0], "window_start": [0], "window_end": [50]})
     t = aggregate(rows, {7: "gemm", 8: "copy"}, steps)
     gemm = t.iloc[0].to_dict()

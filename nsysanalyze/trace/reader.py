@@ -77,9 +77,9 @@ class Trace:
         """Whether any string of the export (kernel, API, range names) matches the SQL LIKE ``pattern``."""
         return tables.any_string_like(self.conn, self.schema, pattern)
 
-    def kernel_durations(self, base: bool = False) -> pd.DataFrame:
-        """Every kernel's process, device, name id, start and duration (ns); not cached."""
-        return tables.kernel_durations(self.conn, self.schema, base)
+    def kernel_names(self, base: bool = False) -> pd.DataFrame:
+        """Every kernel's process, device, name id (demangled; ``base``: short), start and end (ns); not cached."""
+        return tables.kernel_names(self.conn, self.schema, base)
 
     def gpu_activities_between(self, global_pid: int, device_id: int, t0: int, t1: int) -> pd.DataFrame:
         """Kernels, memcpys, memsets of one (process, device) starting in [t0, t1), with streamId; not cached."""

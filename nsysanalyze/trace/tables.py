@@ -33,7 +33,7 @@ FETCH_ROWS = 1 << 16
 CHUNK_ROWS = 1 << 18
 INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 # Id-like columns that loaders asked for ``compact=True`` keep as int32 when every value fits.
-SMALL_COLUMNS = frozenset({"deviceId", "streamId", "nameId", "copyKind", "srcKind", "dstKind", "correlationId"})
+SMALL_COLUMNS = frozenset({"deviceId", "streamId", "nameId", "demangledId", "copyKind", "srcKind", "dstKind", "correlationId"})
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 COLUMNAR = True
 # numpy warns (and will raise) when text does not parse to its end; a short parse is detected by its length.
@@ -236,16 +236,16 @@ def _empty(columns: list[str]) -> pd.DataFrame:
 ACTIVITY_BASE = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid"]
 
 
-def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[str, str],
-              columns: list[str] | None = None, rename: dict[str, str] | None = None, compact: bool = False) -> pd.DataFrame:
-    """Rows of a CUPTI GPU activity table with the common columns plus ``extra`` (name -> default).
+def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[str, tuple[str, str]],
+              columns: list[str] | None = None, compact: bool = False) -> pd.DataFrame:
+    """Rows of a CUPTI GPU activity table with the common columns plus ``extra`` (output name -> (table
+    column, default when the table lacks it)).
 
-    ``columns`` (output names) loads only those, in that order; ``rename`` maps a table column to its
-    output name; ``compact`` keeps id-like columns (SMALL_COLUMNS) as int32 when they fit.
+    ``columns`` (output names) loads only those, in that order; ``compact`` keeps id-like columns
+    (SMALL_COLUMNS) as int32 when they fit.
     """
-    rename = rename or {}
-    sql_of = {rename.get(c, c): schema.col_or(table, c, "0") for c in ACTIVITY_BASE}
-    sql_of.update({rename.get(c, c): schema.col_or(table, c, d) for c, d in extra.items()})
+    sql_of = {c: schema.col_or(table, c, "0") for c in ACTIVITY_BASE}
+    sql_of.update({name: schema.col_or(table, c, d) for name, (c, d) in extra.items()})
     names = columns or list(sql_of)
     if not schema.has(table, "start", "end"):
         return _empty(names)
@@ -255,25 +255,27 @@ def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[
 
 def kernels(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
             compact: bool = False) -> pd.DataFrame:
-    """Kernels: start, end, deviceId, streamId, correlationId, globalPid, nameId (StringIds id of shortName).
+    """Kernels: start, end, deviceId, streamId, correlationId, globalPid, nameId (StringIds id of shortName),
+    demangledId (of the name ``nsys stats`` shows: :func:`kernel_name_column`).
 
     ``columns`` loads only the named ones (in that order); ``compact``: id columns as int32 when they fit.
     """
-    name_col = "shortName" if schema.has(KERNEL, "shortName") else "demangledName"
-    return _activity(conn, schema, KERNEL, {name_col: "-1"}, columns, {name_col: "nameId"}, compact)
+    short = "shortName" if schema.has(KERNEL, "shortName") else "demangledName"
+    return _activity(conn, schema, KERNEL, {"nameId": (short, "-1"), "demangledId": (kernel_name_column(schema) or short, "-1")},
+                     columns, compact)
 
 
 def memcpys(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
             compact: bool = False) -> pd.DataFrame:
     """Memcpys: common columns + bytes, copyKind, srcKind, dstKind (ids, see schema.COPY_*/MEM_*; -1 unknown)."""
-    return _activity(conn, schema, MEMCPY, {"bytes": "0", "copyKind": "0", "srcKind": "-1", "dstKind": "-1"},
-                     columns, compact=compact)
+    return _activity(conn, schema, MEMCPY, {"bytes": ("bytes", "0"), "copyKind": ("copyKind", "0"),
+                                            "srcKind": ("srcKind", "-1"), "dstKind": ("dstKind", "-1")}, columns, compact)
 
 
 def memsets(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
             compact: bool = False) -> pd.DataFrame:
     """Memsets: common columns + bytes."""
-    return _activity(conn, schema, MEMSET, {"bytes": "0"}, columns, compact=compact)
+    return _activity(conn, schema, MEMSET, {"bytes": ("bytes", "0")}, columns, compact)
 
 
 RUNTIME_COLUMNS = (("start", "0"), ("end", "0"), ("globalTid", "0"), ("correlationId", "0"), ("nameId", "-1"))
@@ -473,14 +475,14 @@ def kernel_name_column(schema: Schema, base: bool = False) -> str | None:
     return next((c for c in order if schema.has(KERNEL, c)), None)
 
 
-def kernel_durations(conn: sqlite3.Connection, schema: Schema, base: bool = False) -> pd.DataFrame:
-    """Every kernel: globalPid, deviceId, nameId (see :func:`kernel_name_column`), start, duration_ns."""
-    columns = ["globalPid", "deviceId", "nameId", "start", "duration_ns"]
+def kernel_names(conn: sqlite3.Connection, schema: Schema, base: bool = False) -> pd.DataFrame:
+    """Every kernel: globalPid, deviceId, nameId (see :func:`kernel_name_column`), start, end."""
+    columns = ["globalPid", "deviceId", "nameId", "start", "end"]
     name = kernel_name_column(schema, base)
     if name is None or not schema.has(KERNEL, "start", "end"):
         return _empty(columns)
     exprs = {"globalPid": schema.col_or(KERNEL, "globalPid", "0"), "deviceId": schema.col_or(KERNEL, "deviceId", "0"),
-             "nameId": schema.col_or(KERNEL, name, "-1"), "start": "start", "duration_ns": '"end" - start'}
+             "nameId": schema.col_or(KERNEL, name, "-1"), "start": "start", "end": '"end"'}
     return fetch_columns(conn, KERNEL, exprs, '"end" IS NOT NULL AND start IS NOT NULL', steady=("globalPid", "deviceId"))
 
 
