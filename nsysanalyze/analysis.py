@@ -23,7 +23,6 @@ from . import kernels as K
 from . import metrics as M
 from . import steps as S
 from .errors import InputError
-from .intervals import unique_sorted
 from .rules import Evidence, Finding, diagnose
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
@@ -206,12 +205,16 @@ class Analysis:
         host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0],
                                 A.busy_by_process(capture, busy))
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
-        self.__dict__["_gaps"] = A.attribute(capture, steps_at, busy, host, A.sync_ends(runtime))
-        gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), busy) for w in (steps, capture) if len(w)],
-                         ignore_index=True)
-        del busy, host, runtime
+        syncs = A.sync_ends(runtime)
+        idle = A.idle_by_device([steps, capture], busy)
+        del runtime, busy  # the runtime calls and busy unions are done with: released before the attribution
         for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
+        self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
+        del host
+        gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
+                         ignore_index=True)
+        del idle
         kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
@@ -220,8 +223,7 @@ class Analysis:
 
     def _aggregate_kernels(self, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         """The per-kernel table (nsysanalyze.kernels) of the loaded kernels, by demangled name."""
-        names = self.trace.strings(unique_sorted(kernels["demangledId"].to_numpy())) if len(kernels) else {}
-        return K.aggregate(kernels, names, K.step_windows(steps), name_column="demangledId")
+        return K.aggregate(kernels, self.trace.strings, K.step_windows(steps), name_column="demangledId")
 
     def kernel_table(self) -> pd.DataFrame:
         """Per (process, GPU, demangled kernel name): launches and time (see nsysanalyze.kernels)."""

@@ -171,48 +171,75 @@ def _primary_threads(launch_tids: np.ndarray, step_ranges: pd.DataFrame) -> dict
     return out
 
 
-def attribute(capture: pd.DataFrame, steps: pd.DataFrame, busy: dict[tuple[int, int], Coverage],
+def idle_by_device(windows: list[pd.DataFrame], busy: dict[tuple[int, int], Coverage]) -> dict[tuple[int, int], tuple]:
+    """Per (globalPid, deviceId): the GPU idle intervals (starts, ends ns; sorted, disjoint) — the complement of
+    ``busy`` over the span of all of that device's ``windows`` (frames with globalPid, deviceId,
+    window_start, window_end), made once for the attribution and the idle-gap metrics."""
+    frames = [w[["globalPid", "deviceId", "window_start", "window_end"]] for w in windows if len(w)]
+    if not frames:
+        return {}
+    spans = pd.concat(frames).groupby(["globalPid", "deviceId"]).agg(lo=("window_start", "min"), hi=("window_end", "max"))
+    return {(int(p), int(d)): _idle(busy.get((int(p), int(d))), int(lo), int(hi))
+            for (p, d), lo, hi in zip(spans.index, spans["lo"], spans["hi"])}
+
+
+def _idle_within(idle: tuple[np.ndarray, np.ndarray], a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The idle intervals inside [a, b) (views of ``idle``; the two at the edges cut when they cross them)."""
+    starts, ends = idle
+    i, j = int(np.searchsorted(ends, a, side="right")), int(np.searchsorted(starts, b, side="left"))
+    s, e = starts[i:j], ends[i:j]
+    if s.size and (s[0] < a or e[-1] > b):
+        s, e = s.copy(), e.copy()
+        s[0], e[-1] = max(s[0], a), min(e[-1], b)
+    return s, e
+
+
+def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple],
               host: pd.DataFrame, syncs: pd.DataFrame) -> pd.DataFrame:
     """Attribution of each device's GPU idle time: one row per (globalPid, deviceId, step, cause_kind,
     cause, before_launch, after_sync) with the idle ns (step -1: idle outside every step window).
 
     ``capture``: one window per (globalPid, deviceId) (window_start, window_end ns); ``steps``: step
     windows (globalPid, deviceId, step, window_start, window_end, cpu_start, cpu_end, first_launch ns);
-    ``busy``: union of GPU work per device; ``host``: :func:`host_intervals`; ``syncs``: :func:`sync_ends`.
+    ``idle``: :func:`idle_by_device`; ``host``: :func:`host_intervals`; ``syncs``: :func:`sync_ends`.
     """
     out = []
     host_groups = dict(group_indices(host["globalPid"].to_numpy())) if len(host) else {}
     for row in capture.itertuples(index=False):
         key = (int(row.globalPid), int(row.deviceId))
-        idle_s, idle_e = _idle(busy.get(key), int(row.window_start), int(row.window_end))
+        idle_s, idle_e = _idle_within(idle[key], int(row.window_start), int(row.window_end))
         if idle_s.size == 0:
             continue
         mine = steps[(steps["globalPid"] == key[0]) & (steps["deviceId"] == key[1])].sort_values("window_start")
         idx = host_groups.get((key[0],), False)
         h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
-        ends = np.sort(syncs["end"].to_numpy()[syncs["globalPid"].to_numpy() == key[0]]) if len(syncs) else np.empty(0, np.int64)
+        h = h.iloc[np.argsort(h["start"].to_numpy(), kind="stable")]  # by start: each slice's calls are a range
+        ends = np.sort(syncs["end"].to_numpy()[syncs["globalPid"].to_numpy() == key[0]], kind="stable") if len(syncs) else np.empty(0, np.int64)
         hs, he = h["start"].to_numpy(), h["end"].to_numpy()
+        reach = np.maximum.accumulate(he) if he.size else he  # furthest end of the calls started so far
         for lo in range(0, idle_s.size, IDLE_CHUNK):  # bounded temporaries: one slice of the idle intervals at a time
             a, b = idle_s[lo:lo + IDLE_CHUNK], idle_e[lo:lo + IDLE_CHUNK]
-            near = (hs < b[-1]) & (he > a[0])
-            out.append(_device_gaps(key, a, b, mine, h if near.all() else h[near], ends))
+            first, last = int(np.searchsorted(reach, a[0], side="right")), int(np.searchsorted(hs, b[-1], side="left"))
+            near = h.iloc[first:max(first, last)]
+            near = near[near["end"].to_numpy() > a[0]]
+            out.append(_device_gaps(key, a, b, mine, near, ends))
     gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in GAP_COLUMNS})
     if len(out) > 1:  # slices of one device share groups
         gaps = gaps.groupby([c for c in GAP_COLUMNS if c != "ns"], as_index=False, sort=False)["ns"].sum()[GAP_COLUMNS]
     return gaps.astype({"ns": np.int64, "step": np.int64})
 
 
-def idle_gap_metrics(windows: pd.DataFrame, busy: dict[tuple[int, int], Coverage]) -> pd.DataFrame:
+def idle_gap_metrics(windows: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> pd.DataFrame:
     """Per window row (globalPid, deviceId, window_start, window_end; disjoint per device): idle_gap_count
     (GPU idle intervals starting in it) and idle_short_gap_ns (their idle ns in gaps shorter than
-    SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop)."""
+    SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop); ``idle``: :func:`idle_by_device`."""
     count = np.zeros(len(windows), np.int64)
     short = np.zeros(len(windows), np.int64)
     for (pid, dev), idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
         w = windows.iloc[idx]
         order = np.argsort(w["window_start"].to_numpy(), kind="stable")
         w = w.iloc[order]
-        idle_s, idle_e = _idle(busy.get((int(pid), int(dev))), int(w["window_start"].min()), int(w["window_end"].max()))
+        idle_s, idle_e = _idle_within(idle[(int(pid), int(dev))], int(w["window_start"].min()), int(w["window_end"].max()))
         k = _window_of(idle_s, w)
         hit = k >= 0
         length = idle_e - idle_s
@@ -224,13 +251,20 @@ def idle_gap_metrics(windows: pd.DataFrame, busy: dict[tuple[int, int], Coverage
 
 
 def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """Complement of ``busy`` inside [a, b)."""
+    """Complement of ``busy`` inside [a, b): the gaps between its disjoint intervals that reach into [a, b),
+    with the first and last cut at a and b (one copy of the gaps, no temporaries of busy's size)."""
     if busy is None or len(busy) == 0:
         return np.array([a], np.int64), np.array([b], np.int64)
-    s, e = np.clip(busy.starts, a, b), np.clip(busy.ends, a, b)
-    starts, ends = np.concatenate(([a], e)), np.concatenate((s, [b]))
+    i = int(np.searchsorted(busy.ends, a, side="right"))  # first busy interval ending after a
+    j = int(np.searchsorted(busy.starts, b, side="left"))  # busy intervals starting before b: [.., j)
+    if i >= j:  # nothing busy inside [a, b)
+        return np.array([a], np.int64), np.array([b], np.int64)
+    starts = np.concatenate(([a], busy.ends[i:j]))
+    ends = np.concatenate((busy.starts[i:j], [b]))
+    np.maximum(starts, a, out=starts)
+    np.minimum(ends, b, out=ends)
     keep = ends > starts
-    return starts[keep], ends[keep]
+    return (starts, ends) if keep.all() else (starts[keep], ends[keep])
 
 
 def _window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
@@ -328,15 +362,18 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
     if not puts_work.any() or steps.empty:
         return out
     pids, starts = pid_of(runtime["globalTid"].to_numpy()[puts_work]), runtime["start"].to_numpy()[puts_work]
+    calls = dict(group_indices(pids))
+    del pids
     for (pid,), idx in group_indices(steps["globalPid"].to_numpy()):
-        t = np.sort(starts[pids == pid])
-        if t.size == 0:
+        if (pid,) not in calls:
             continue
+        mine = calls[(pid,)]
+        t = np.sort(starts if mine is None else starts[mine], kind="stable")
         rows = np.arange(len(steps)) if idx is None else idx
         a = steps["cpu_start"].to_numpy(np.int64)[rows]
-        k = np.searchsorted(t, a, side="left")
-        found = (k < t.size) & (t[np.minimum(k, t.size - 1)] < out[rows])
-        out[rows] = np.where(found, t[np.minimum(k, t.size - 1)], out[rows])
+        k = np.minimum(np.searchsorted(t, a, side="left"), t.size - 1)
+        found = (t[k] >= a) & (t[k] < out[rows])
+        out[rows] = np.where(found, t[k], out[rows])
     return out
 
 

@@ -9,10 +9,12 @@ steps they are null. ``aggregate`` is pure (arrays in, frame out); ``kernel_tabl
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
-from .intervals import group_codes, group_indices, unique_sorted
+from .intervals import group_codes, group_indices
 from .metrics import steady_steps
 
 KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
@@ -20,10 +22,11 @@ KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns
 UNNAMED = "(unnamed kernel)"
 
 
-def aggregate(kernels: pd.DataFrame, names: dict[int, str], steps: pd.DataFrame | None = None,
+def aggregate(kernels: pd.DataFrame, names: dict[int, str] | Callable[[np.ndarray], dict[int, str]], steps: pd.DataFrame | None = None,
               name_column: str = "nameId") -> pd.DataFrame:
     """One row per (globalPid, deviceId, name id) of ``kernels`` (columns globalPid, deviceId, start, end ns and
-    ``name_column``), sorted by device then total time (desc); ``steps``: step windows (globalPid, deviceId,
+    ``name_column``), sorted by device then total time (desc); ``names``: id -> name, or a function giving that
+    mapping for the distinct ids; ``steps``: step windows (globalPid, deviceId,
     window_start, window_end) that the per-step columns count in. One grouping pass and one sort of
     (group, duration) keys: no per-kernel Python work, and ``kernels`` is not copied."""
     if kernels.empty:
@@ -37,7 +40,7 @@ def aggregate(kernels: pd.DataFrame, names: dict[int, str], steps: pd.DataFrame 
     total = np.add.reduceat(sorted_dur, first)
     median = (sorted_dur[first + (count - 1) // 2] + sorted_dur[first + count // 2]) / 2  # mean of the middle pair
     out = pd.DataFrame({"globalPid": g_pid, "deviceId": g_dev, "nameId": g_name}).astype(np.int64)
-    out["name"] = out["nameId"].map(names).fillna(UNNAMED)
+    out["name"] = out["nameId"].map(names(np.unique(g_name)) if callable(names) else names).fillna(UNNAMED)
     out = out.assign(count=count, total_ns=total, mean_ns=total / count, median_ns=median, min_ns=sorted_dur[first],
                      max_ns=sorted_dur[first + count - 1])
     out["share"] = out["total_ns"] / out.groupby(["globalPid", "deviceId"])["total_ns"].transform("sum")
@@ -60,7 +63,7 @@ def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.nd
     low = int(dur.min())
     span = int(dur.max()) - low + 1
     if groups * span < 1 << 62:
-        keyed = np.sort(code * span + (dur - low))
+        keyed = np.sort(code * span + (dur - low), kind="stable")
         return keyed % span + low
     return dur[np.lexsort((dur, code))]
 
@@ -97,9 +100,7 @@ def kernel_table(analysis, base: bool = False) -> pd.DataFrame:
 
 def from_trace(trace, steps: pd.DataFrame, base: bool = False) -> pd.DataFrame:
     """The per-kernel table from a read of the kernel table by name (see ``tables.kernel_name_column``)."""
-    kernels = trace.kernel_names(base)
-    names = trace.strings(unique_sorted(kernels["nameId"].to_numpy())) if len(kernels) else {}
-    return aggregate(kernels, names, step_windows(steps))
+    return aggregate(trace.kernel_names(base), trace.strings, step_windows(steps))
 
 
 def step_windows(steps: pd.DataFrame) -> pd.DataFrame | None:
