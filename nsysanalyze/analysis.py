@@ -197,8 +197,7 @@ class Analysis:
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
-        self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
-        self.__dict__["_kernels"] = self._kernels.drop(columns=["streamId", "demangledId"])
+        self.__dict__["_kernels"] = self._kernels.drop(columns="streamId")
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
@@ -206,16 +205,18 @@ class Analysis:
                                 A.busy_by_process(capture, busy))
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
-        idle = A.idle_by_device([steps, capture], busy)
-        del runtime, busy  # the runtime calls and busy unions are done with: released before the attribution
+        del runtime  # the runtime calls are done with: released before the idle intervals are made
         for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
+        idle = A.idle_by_device([steps, capture], busy)
+        del busy
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
         del host
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
         del idle
-        kernels = self._kernels.drop(columns=["correlationId"], errors="ignore")
+        self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
+        kernels = self._kernels.drop(columns=["correlationId", "demangledId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
         self.__dict__.pop("_memsets", None)

@@ -60,18 +60,32 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     np.greater(starts[1:], running_end[:-1], out=new[1:])
     if new.all():  # already sorted and disjoint (one stream's kernels): the input is its own union, no copy
         return starts, ends
-    first = np.flatnonzero(new)
-    del new
-    last = np.append(first[1:], starts.size)
-    last -= 1
-    return starts[first], running_end[last]
+    last = np.empty(starts.size, dtype=bool)  # the last interval of each merged one (masks: 1 byte a row)
+    last[:-1] = new[1:]
+    last[-1] = True
+    return starts[new], running_end[last]
+
+
+def union_of(*parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Union of several sets of (starts, ends) intervals: each part's union, the smaller ones inserted
+    into the largest in start order (np.insert), so the whole is never sorted or gathered again."""
+    unions = sorted((union(s, e) for s, e in parts), key=lambda u: -u[0].size)
+    if not unions:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    starts, ends = unions[0]
+    for s, e in unions[1:]:
+        if s.size:
+            at = np.searchsorted(starts, s, side="right")
+            starts, ends = np.insert(starts, at, s), np.insert(ends, at, e)
+    return union(starts, ends) if len(unions) > 1 else (starts, ends)
 
 
 class Coverage:
     """Union of intervals with O(log n) coverage queries for arrays of windows."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray):
-        self.starts, self.ends = union(starts, ends)
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, disjoint: bool = False):
+        """The union of [starts, ends); ``disjoint``: they already are one (sorted, disjoint: kept as is)."""
+        self.starts, self.ends = (starts, ends) if disjoint else union(starts, ends)
         self._cum = np.zeros(self.starts.size + 1, dtype=np.int64)
         np.cumsum(self.ends - self.starts, out=self._cum[1:])
 
@@ -81,7 +95,12 @@ class Coverage:
         nonempty = [p for p in parts if p.starts.size]
         if len(nonempty) <= 1:
             return nonempty[0] if nonempty else (parts[0] if parts else cls(np.empty(0), np.empty(0)))
-        return cls(np.concatenate([p.starts for p in nonempty]), np.concatenate([p.ends for p in nonempty]))
+        return cls(*union_of(*[(p.starts, p.ends) for p in nonempty]), disjoint=True)
+
+    @classmethod
+    def union_of(cls, *parts: tuple[np.ndarray, np.ndarray]) -> "Coverage":
+        """Coverage of several sets of (starts, ends) intervals (:func:`union_of`)."""
+        return cls(*union_of(*parts), disjoint=True)
 
     def __len__(self) -> int:
         """Number of disjoint intervals."""
@@ -155,20 +174,22 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Group of each row of the key arrays as a dense code 0..g-1 (groups in sorted key order), and each
     key's value per group. A key with one value costs one compare pass, not a hash."""
     n = len(keys[0]) if keys else 0
-    code = np.zeros(n, dtype=np.int64)
-    uniques = []
+    code = None  # made at the first key with more than one value
+    uniques, varying = [], 0
     for k in keys:
         k = np.asarray(k)
         if n == 0 or bool((k == k[0]).all()):
             uniques.append(k[:1])
             continue
         c, u = pd.factorize(k, sort=True)
-        code *= len(u)
-        code += c
+        code = c.astype(np.int64) if code is None else code * len(u) + c
         uniques.append(np.asarray(u))
+        varying += 1
     size = int(np.prod([len(u) for u in uniques], dtype=np.int64)) if n else 0
-    if size <= 1:
-        return code, uniques
+    if code is None or size <= 1:
+        return np.zeros(n, dtype=np.int64), uniques
+    if varying == 1:  # one factorized key: its codes are dense already
+        return code, [np.repeat(u, size) if len(u) == 1 else u for u in uniques]
     if size <= max(n, 1 << 16):  # dense enough for a count per possible code
         present = np.flatnonzero(np.bincount(code, minlength=size))
         code = np.searchsorted(present, code)

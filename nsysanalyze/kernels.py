@@ -62,9 +62,14 @@ def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.nd
     else a lexsort."""
     low = int(dur.min())
     span = int(dur.max()) - low + 1
-    if groups * span < 1 << 62:
-        keyed = np.sort(code * span + (dur - low), kind="stable")
-        return keyed % span + low
+    if groups * span < 1 << 62:  # in place: one array of the kernels' size besides code and dur
+        keyed = code * span
+        keyed += dur
+        keyed -= low
+        keyed.sort(kind="stable")
+        np.remainder(keyed, span, out=keyed)
+        keyed += low
+        return keyed
     return dur[np.lexsort((dur, code))]
 
 

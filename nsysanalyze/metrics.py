@@ -350,7 +350,7 @@ def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.Data
     parts = [_by_device(f, ["start", "end"]) for f in (kernels, memcpys, memsets)]
     keys = sorted({key for f in (kernels, memcpys, memsets) if len(f)
                    for key, _ in group_indices(f["globalPid"].to_numpy(), f["deviceId"].to_numpy())})
-    return {key: Coverage.of(*[Coverage(r["start"], r["end"]) for r in (rows(key) for rows in parts)]) for key in keys}
+    return {key: Coverage.union_of(*[(r["start"], r["end"]) for r in (rows(key) for rows in parts)]) for key in keys}
 
 
 def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.DataFrame:

@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysanalyze.intervals import Coverage, intersection_within, sum_in_windows, union
+from nsysanalyze.intervals import Coverage, intersection_within, sum_in_windows, union, union_of
 
 SPAN = 200
 intervals = st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 40)), max_size=25).map(
@@ -50,3 +50,32 @@ def test_sum_in_windows_half_open():
     t = np.array([0, 10, 10, 20])
     v = np.array([1, 2, 3, 4])
     assert sum_in_windows(t, v, np.array([0, 10, 21]), np.array([10, 20, 30])).tolist() == [1, 5, 0]
+
+
+def test_union_of_parts_equals_the_union_of_their_concatenation():
+    """Unit test on random intervals: merging each part's union by insertion = one union of everything."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        parts = []
+        for n in rng.integers(0, 40, size=rng.integers(1, 4)):
+            s = rng.integers(0, 500, size=n)
+            parts.append((s, s + rng.integers(-3, 30, size=n)))
+        want = union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        got = union_of(*parts)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_group_codes_match_a_pandas_grouping():
+    """Unit test on random keys (constant, one varying, several varying): codes in sorted key order."""
+    import pandas as pd
+
+    from nsysanalyze.intervals import group_codes
+    rng = np.random.default_rng(3)
+    for keys in ([np.full(9, 4)], [np.full(9, 4), rng.integers(0, 3, 9)], [rng.integers(0, 3, 30), rng.integers(5, 9, 30)],
+                 [rng.integers(0, 2, 30), np.full(30, 1), rng.integers(-5, 5, 30)]):
+        frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)})
+        want = frame.groupby(list(frame.columns), sort=True).ngroup().to_numpy()
+        code, values = group_codes(*keys)
+        assert code.tolist() == want.tolist()
+        firsts = frame.groupby(list(frame.columns), sort=True).size().index.to_frame().to_numpy().T
+        assert [v.tolist() for v in values] == [list(f) for f in firsts]

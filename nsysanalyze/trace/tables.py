@@ -30,7 +30,8 @@ OSRT = "OSRT_API"
 FETCH_ROWS = 1 << 16
 # Column-wise fetches (fetch_columns): rows per rowid chunk, reader threads, and the switch
 # back to plain row tuples (fetch_int_frame) that tests use as the straightforward reference.
-CHUNK_ROWS = 1 << 18
+# 2^16 rows: the text of the chunks in flight stays small (10M-kernel load: peak 1,058 -> 1,018 MiB).
+CHUNK_ROWS = 1 << 16
 INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 # Id-like columns that loaders asked for ``compact=True`` keep as int32 when every value fits.
 SMALL_COLUMNS = frozenset({"deviceId", "streamId", "nameId", "demangledId", "copyKind", "srcKind", "dstKind", "correlationId"})
