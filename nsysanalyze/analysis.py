@@ -201,15 +201,15 @@ class Analysis:
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_classified, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
+        idle = A.idle_by_device([steps, capture], busy)
+        del busy  # the unions are done with: the attribution works on the idle intervals
         host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0],
-                                A.busy_by_process(capture, busy))
+                                A.idle_by_process(capture, idle))
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
-        del runtime  # the runtime calls are done with: released before the idle intervals are made
+        del runtime  # the runtime calls are done with: released before the attribution
         for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
             self.__dict__.pop(name, None)
-        idle = A.idle_by_device([steps, capture], busy)
-        del busy
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
         del host
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],

@@ -66,37 +66,40 @@ def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"globalPid": pid_of(sync["globalTid"].to_numpy()), "end": sync["end"].to_numpy(np.int64)})
 
 
-def busy_by_process(capture: pd.DataFrame, busy: dict[tuple[int, int], Coverage]) -> dict[int, list[tuple]]:
-    """Per process: (busy coverage, window_start, window_end) of each of its devices (capture windows)."""
+def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> dict[int, list[tuple]]:
+    """Per process: the GPU idle intervals (starts, ends) of each of its devices inside its capture window
+    (``idle``: :func:`idle_by_device`)."""
     out: dict[int, list[tuple]] = {}
     for row in capture.itertuples(index=False):
-        cov = busy.get((int(row.globalPid), int(row.deviceId)))
-        out.setdefault(int(row.globalPid), []).append((cov, int(row.window_start), int(row.window_end)))
+        key = (int(row.globalPid), int(row.deviceId))
+        if key in idle:
+            out.setdefault(key[0], []).append(_idle_within(idle[key], int(row.window_start), int(row.window_end)))
     return out
 
 
 def _during_idle(frame: pd.DataFrame, pids: np.ndarray, devices: dict[int, list[tuple]]) -> np.ndarray:
     """Rows of ``frame`` (start, end) that overlap the GPU idle of one of their process's devices — only those
-    can be causes: a row overlaps idle where the device's busy time does not cover the whole of it (inside
-    the capture window). Taken a block of rows at a time (bounded temporaries)."""
+    can be causes: [start, end) is not empty and the first idle interval ending after start begins before
+    end. Taken a block of rows at a time (bounded temporaries)."""
     keep = np.zeros(len(frame), dtype=bool)
     start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
     for (pid,), idx in group_indices(pids):
         rows = np.arange(len(frame)) if idx is None else idx
         for lo in range(0, rows.size, BLOCK):
             r = rows[lo:lo + BLOCK]
-            for cov, w0, w1 in devices.get(int(pid), []):
-                s, e = np.maximum(start[r], w0), np.minimum(end[r], w1)
-                inside = e > s
-                covered = cov.within(s, e) if cov is not None else np.zeros(r.size, np.int64)
-                keep[r] |= inside & (covered < e - s)
+            s, e = start[r], end[r]
+            for idle_s, idle_e in devices.get(int(pid), []):
+                if idle_s.size == 0:
+                    continue
+                j = np.minimum(np.searchsorted(idle_e, s, side="right"), idle_s.size - 1)
+                keep[r] |= (e > s) & (idle_e[j] > s) & (idle_s[j] < e)
     return keep
 
 
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]]) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
-    only those that overlap the GPU idle of their process's devices (``devices``: :func:`busy_by_process`) —
+    only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
     most launches run while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
@@ -104,11 +107,10 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
-    launching = runtime["api"].to_numpy() == "launch"
-    tids = runtime["globalTid"].to_numpy()[launching]
-    primary = _primary_threads(tids, step_ranges)
-    launch_tids = set(pd.unique(tids).tolist())
-    del tids
+    launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
+    launches_per_thread = pd.Series(runtime["globalTid"].to_numpy()[launching]).value_counts()
+    primary = _primary_threads(launches_per_thread, step_ranges)
+    launch_tids = set(launches_per_thread.index.tolist())
     during = _during_idle(runtime, rt_pid, devices)
     runtime, rt_pid, launching = runtime[during], rt_pid[during], launching[during]
     if len(osrt):
@@ -156,13 +158,12 @@ def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause) -> pd.Dat
                          "globalPid": pids, "level": level, "cause": pd.Categorical(cause)})
 
 
-def _primary_threads(launch_tids: np.ndarray, step_ranges: pd.DataFrame) -> dict[int, int]:
+def _primary_threads(launches_per_thread: pd.Series, step_ranges: pd.DataFrame) -> dict[int, int]:
     """globalPid -> its primary thread: the thread of its step ranges, else its most-launching thread
-    (``launch_tids``: the globalTid of every launch call)."""
+    (``launches_per_thread``: launch calls per globalTid, most first)."""
     out = {}
-    if launch_tids.size:
-        counts = pd.Series(launch_tids).value_counts()
-        for tid in counts.index[::-1]:  # most launches last, so it wins
+    if len(launches_per_thread):
+        for tid in launches_per_thread.index[::-1]:  # most launches last, so it wins
             out[int(pid_of(np.array([tid]))[0])] = int(tid)
     if len(step_ranges):
         for pid, tid in step_ranges.groupby("globalPid")["globalTid"].agg(lambda t: t.mode().iloc[0]).items():
@@ -236,35 +237,34 @@ def idle_gap_metrics(windows: pd.DataFrame, idle: dict[tuple[int, int], tuple]) 
     count = np.zeros(len(windows), np.int64)
     short = np.zeros(len(windows), np.int64)
     for (pid, dev), idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
-        w = windows.iloc[idx]
-        order = np.argsort(w["window_start"].to_numpy(), kind="stable")
-        w = w.iloc[order]
-        idle_s, idle_e = _idle_within(idle[(int(pid), int(dev))], int(w["window_start"].min()), int(w["window_end"].max()))
-        k = _window_of(idle_s, w)
-        hit = k >= 0
+        ws, we = windows["window_start"].to_numpy(np.int64)[idx], windows["window_end"].to_numpy(np.int64)[idx]
+        idle_s, idle_e = _idle_within(idle[(int(pid), int(dev))], int(ws.min()), int(we.max()))
         length = idle_e - idle_s
-        rows = idx[order]
-        count[rows] = np.bincount(k[hit], minlength=len(w))
-        short[rows] = np.bincount(k[hit], weights=np.where(length[hit] < SHORT_GAP_NS, length[hit], 0),
-                                  minlength=len(w)).astype(np.int64)
+        short_cum = np.concatenate(([0], np.cumsum(np.where(length < SHORT_GAP_NS, length, 0))))
+        first, end = np.searchsorted(idle_s, ws, side="left"), np.searchsorted(idle_s, we, side="left")
+        count[idx] = end - first  # idle intervals starting in [window_start, window_end): idle_s is sorted
+        short[idx] = short_cum[end] - short_cum[first]
     return pd.DataFrame({"idle_gap_count": count, "idle_short_gap_ns": short}, index=windows.index)
 
 
 def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """Complement of ``busy`` inside [a, b): the gaps between its disjoint intervals that reach into [a, b),
-    with the first and last cut at a and b (one copy of the gaps, no temporaries of busy's size)."""
+    plus the idle before its first and after its last interval there (one array each, written once)."""
     if busy is None or len(busy) == 0:
         return np.array([a], np.int64), np.array([b], np.int64)
     i = int(np.searchsorted(busy.ends, a, side="right"))  # first busy interval ending after a
     j = int(np.searchsorted(busy.starts, b, side="left"))  # busy intervals starting before b: [.., j)
     if i >= j:  # nothing busy inside [a, b)
         return np.array([a], np.int64), np.array([b], np.int64)
-    starts = np.concatenate(([a], busy.ends[i:j]))
-    ends = np.concatenate((busy.starts[i:j], [b]))
-    np.maximum(starts, a, out=starts)
-    np.minimum(ends, b, out=ends)
-    keep = ends > starts
-    return (starts, ends) if keep.all() else (starts[keep], ends[keep])
+    lead, trail = int(busy.starts[i] > a), int(busy.ends[j - 1] < b)
+    inner = j - i - 1  # gaps between busy intervals i..j-1: never empty (touching intervals are merged)
+    starts, ends = np.empty(lead + inner + trail, np.int64), np.empty(lead + inner + trail, np.int64)
+    starts[lead:lead + inner], ends[lead:lead + inner] = busy.ends[i:j - 1], busy.starts[i + 1:j]
+    if lead:
+        starts[0], ends[0] = a, busy.starts[i]
+    if trail:
+        starts[-1], ends[-1] = busy.ends[j - 1], b
+    return starts, ends
 
 
 def _window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
@@ -303,7 +303,7 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
     """Attributed idle of one device: elementary segments between all boundaries, each given its cause.
     Only host intervals that overlap this device's idle take part."""
     hs, he = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
-    overlaps_idle = Coverage(idle_s, idle_e).within(hs, he) > 0
+    overlaps_idle = Coverage(idle_s, idle_e, disjoint=True).within(hs, he) > 0
     if not overlaps_idle.all():  # the process's other devices' idle
         host, hs, he = host[overlaps_idle], hs[overlaps_idle], he[overlaps_idle]
     lo, hi = idle_s[0], idle_e[-1]

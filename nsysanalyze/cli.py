@@ -98,9 +98,6 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
     a file that belongs to no job is printed alone after its note. Text and markdown show at most
     ``max_steps`` step rows per report (JSON and CSV: every step)."""
     from . import ranks
-    from .render import csv as csv_render
-    from .render import markdown as md_render
-    from .render import ranks as ranks_render
 
     groups = ranks.jobs(reports) if "ranks" in sections else [{"traces": list(range(len(reports))), "note": None}]
     for job in groups:
@@ -112,11 +109,16 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
     if fmt == "json":
         click.echo(json_render.render(json_doc(reports, groups)))
     elif fmt == "csv":
+        from .render import csv as csv_render
+
         key = "steps" if "steps" in sections else "summary"
         rows = [{"trace": r["trace"]["path"], **row} for r in reports
                 for row in (r["steps"] if key == "steps" else r["summary"]["devices"])]
         click.echo(csv_render.render(rows), nl=False)
     elif fmt == "markdown":
+        from .render import markdown as md_render
+        from .render import ranks as ranks_render
+
         parts = []
         for job in groups:
             mine = [reports[i] for i in job["traces"]]
@@ -127,6 +129,7 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
     else:
         from rich.text import Text
 
+        from .render import ranks as ranks_render
         from .render import terminal as term_render
 
         console = term_render.stdout_console()

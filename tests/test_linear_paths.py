@@ -206,3 +206,25 @@ def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
         expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
     assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
     assert summary["munmap_gpu_idle_ns"].tolist() == expected
+
+
+def test_idle_intervals_are_the_complement_of_busy_per_ns():
+    """Unit test on random intervals: attribution's idle intervals inside [a, b) against a per-ns mask."""
+    from nsysanalyze.attribution import _idle
+    from nsysanalyze.intervals import Coverage
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        s = rng.integers(0, 300, size=rng.integers(0, 12))
+        busy = Coverage(s, s + rng.integers(1, 40, size=s.size))
+        a, b = sorted(rng.integers(-20, 360, size=2))
+        b += 1
+        m = np.zeros(400, dtype=bool)
+        for x, y in zip(busy.starts, busy.ends):
+            m[x + 20:y + 20] = True
+        want = ~m[a + 20:b + 20]
+        got = np.zeros(b - a, dtype=bool)
+        starts, ends = _idle(busy, int(a), int(b))
+        assert (ends > starts).all() and (starts[1:] > ends[:-1]).all()
+        for x, y in zip(starts, ends):
+            got[x - a:y - a] = True
+        assert (got == want).all()
