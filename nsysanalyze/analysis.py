@@ -111,25 +111,20 @@ class Analysis:
         return self.trace.api_names()
 
     @cached_property
-    def _runtime_classified(self) -> pd.DataFrame:
-        """Runtime calls the metrics classify (launches, sync copies, sync waits, allocations), selected by
-        API name in SQL."""
-        return self.trace.runtime_named(M.api_categories(self._api_names))
-
-    @cached_property
-    def _runtime_launching(self) -> pd.DataFrame:
-        """The other runtime calls that can launch GPU work (async copies, memsets, ...): step projection only."""
-        if not self._projects_steps:
-            return self._runtime_classified.iloc[:0]
-        classified = M.api_categories(self._api_names)
-        return self.trace.runtime_named(
-            {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n) and i not in classified})
+    def _runtime_calls(self) -> pd.DataFrame:
+        """Runtime calls selected by API name in SQL, in one scan: those the metrics classify (launches, sync
+        copies, sync waits, allocations) and, when steps are projected, the other calls that can launch GPU
+        work (async copies, memsets, ...)."""
+        ids = set(M.api_categories(self._api_names))
+        if self._projects_steps:
+            ids |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
+        return self.trace.runtime_named(ids)
 
     @cached_property
     def _projection_runtime(self) -> list[pd.DataFrame]:
-        """Runtime frames steps are projected with: the classified calls and the other launching calls (and,
-        once _project found GPU work no loaded call launched, those activities' calls by correlationId)."""
-        return [self._runtime_classified, self._runtime_launching]
+        """Runtime frames steps are projected with: the loaded calls (and, once _project found GPU work no
+        loaded call launched, those activities' calls by correlationId)."""
+        return [self._runtime_calls]
 
     def _project(self, ranges: pd.DataFrame) -> pd.DataFrame:
         """Step windows of NVTX step rows (steps.project_steps) from one join of activities to their calls.
@@ -139,7 +134,7 @@ class Analysis:
             return S.project_steps(ranges, [], [])
         parts = self._projection_runtime
         windows, missing = S.project_steps_checked(ranges, parts, self._gpu_parts)
-        if len(missing) and len(parts) == 2:
+        if len(missing) and len(parts) == 1:
             loaded = set(M.api_categories(self._api_names))
             loaded |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
             extra = self.trace.runtime_by_correlation(missing["correlationId"].to_numpy(), loaded)
@@ -153,8 +148,7 @@ class Analysis:
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = ["_kernels", "_runtime_classified", "_memcpys", "_memsets"]
-        names += ["_runtime_launching"] if self._projects_steps else []
+        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets"]
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
@@ -199,7 +193,7 @@ class Analysis:
         self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
         self.__dict__["_kernels"] = self._kernels.drop(columns="streamId")
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
-        runtime = M.classify_runtime(self._runtime_classified, self._api_names)
+        runtime = M.classify_runtime(self._runtime_calls, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
@@ -208,7 +202,7 @@ class Analysis:
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
         del runtime  # the runtime calls are done with: released before the attribution
-        for name in ("_projection_runtime", "_runtime_classified", "_runtime_launching"):
+        for name in ("_projection_runtime", "_runtime_calls"):
             self.__dict__.pop(name, None)
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
         del host

@@ -39,7 +39,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, Coverage, group_indices, unique_sorted
+from .intervals import BLOCK, Coverage, group_indices, is_sorted, unique_sorted
 from .steps import group_name
 from .trace.tables import pid_of
 
@@ -102,8 +102,8 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
     most launches run while the GPU is busy, so this keeps the attribution small.
 
-    ``runtime``: classified CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/
-    async_copy/alloc); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
+    ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
+    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
     globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
@@ -111,7 +111,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     launches_per_thread = pd.Series(runtime["globalTid"].to_numpy()[launching]).value_counts()
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
-    during = _during_idle(runtime, rt_pid, devices)
+    during = _during_idle(runtime, rt_pid, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, rt_pid, launching = runtime[during], rt_pid[during], launching[during]
     if len(osrt):
         osrt = osrt[_during_idle(osrt, pid_of(osrt["globalTid"].to_numpy()), devices)]
@@ -280,8 +280,11 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
     else the one reaching furthest among those started before — or -1."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e, lab = starts[order], ends[order], labels[order]
+    if is_sorted(starts):
+        s, e, lab = starts, ends, labels
+    else:
+        order = np.argsort(starts, kind="stable")
+        s, e, lab = starts[order], ends[order], labels[order]
     reach = np.maximum.accumulate(e)
     furthest = _running_argmax(e)
     k = np.searchsorted(s, t, side="right") - 1
@@ -317,7 +320,10 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
         points += [steps["window_start"].to_numpy(np.int64), steps["first_launch"].to_numpy(np.int64)]
     p = unique_sorted(np.concatenate(points))
     seg_s, seg_e = p[:-1], p[1:]
-    k = np.searchsorted(idle_s, seg_s, side="right") - 1
+    starts_here = np.zeros(seg_s.size, dtype=np.int64)  # idle starts are among the points: mark them,
+    starts_here[np.searchsorted(p, idle_s)] = 1          # and each segment's idle interval is a running count
+    k = np.cumsum(starts_here) - 1
+    del starts_here
     idle = (k >= 0) & (seg_s < idle_e[np.maximum(k, 0)])
     seg_s, seg_e, after = seg_s[idle], seg_e[idle], seg_s[idle] >= first_sync[k[idle]]
     short = (idle_e - idle_s)[k[idle]] < SHORT_GAP_NS
@@ -343,15 +349,23 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
         step[hit] = steps["step"].to_numpy()[w[hit]]
         cpu_s, first = steps["cpu_start"].to_numpy()[w[hit]], steps["first_launch"].to_numpy()[w[hit]]
         before[hit] = (seg_s[hit] >= cpu_s) & (seg_s[hit] < first)
+    # one integer per (step, level, cause, before_launch, after_sync, short_gap), in that sort order
+    n_causes = len(causes) + 1
+    group = ((((step + 1) * len(LEVELS) + level) * n_causes + (cause + 1)) * 8
+             + before.astype(np.int64) * 4 + after.astype(np.int64) * 2 + short.astype(np.int64))
+    which, groups = pd.factorize(group, sort=True)
+    # float sums of integer ns are exact: every partial sum is at most the slice's idle time (< 2^53 ns)
+    ns = np.bincount(which, weights=seg_e - seg_s, minlength=len(groups)).astype(np.int64)
+    rest, flags = np.divmod(np.asarray(groups, dtype=np.int64), 8)
+    rest, cause_code = np.divmod(rest, n_causes)
+    step_of, level_of = np.divmod(rest, len(LEVELS))
     names = np.asarray(causes, dtype=object)
-    frame = pd.DataFrame({"step": step, "level": level, "cause": cause, "before_launch": before, "after_sync": after,
-                          "short_gap": short, "ns": seg_e - seg_s})
-    frame = frame.groupby(["step", "level", "cause", "before_launch", "after_sync", "short_gap"], as_index=False)["ns"].sum()
-    code = frame["cause"].to_numpy()
-    frame["cause"] = np.where(code >= 0, names[np.maximum(code, 0)] if names.size else "", UNTRACED)
-    frame["cause_kind"] = np.array(LEVELS, dtype=object)[frame["level"].to_numpy()]
-    frame["globalPid"], frame["deviceId"] = key
-    return frame[GAP_COLUMNS]
+    cause_code -= 1
+    cause_name = np.where(cause_code >= 0, names[np.maximum(cause_code, 0)] if names.size else "", UNTRACED)
+    return pd.DataFrame({"globalPid": key[0], "deviceId": key[1], "step": step_of - 1,
+                         "cause_kind": np.array(LEVELS, dtype=object)[level_of], "cause": cause_name,
+                         "before_launch": flags >= 4, "after_sync": (flags & 2) > 0, "short_gap": (flags & 1) > 0,
+                         "ns": ns})[GAP_COLUMNS]
 
 
 def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:

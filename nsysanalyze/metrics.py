@@ -76,7 +76,8 @@ def api_categories(names: dict[int, str]) -> dict[int, str]:
 
 
 def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
-    """Runtime calls of interest with an ``api`` column ('launch', 'sync_copy', 'sync_wait', 'async_copy', 'alloc'; categorical)."""
+    """``runtime`` with an ``api`` column ('launch', 'sync_copy', 'sync_wait', 'async_copy', 'alloc'; categorical,
+    NaN for the calls of no category — kept, not copied out: callers select by category)."""
     category = api_categories(names)
     labels = list(API_PATTERNS)
     ids = np.array(sorted(category), dtype=np.int64)
@@ -93,9 +94,7 @@ def classify_runtime(runtime: pd.DataFrame, names: dict[int, str]) -> pd.DataFra
             pos = np.minimum(np.searchsorted(ids, name_ids), ids.size - 1)
             hit = ids[pos] == name_ids
             code[hit] = codes[pos[hit]]
-    keep = code >= 0
-    out = runtime if keep.all() else runtime[keep]
-    return out.assign(api=pd.Categorical.from_codes(code[keep], categories=labels)).reset_index(drop=True)
+    return runtime.assign(api=pd.Categorical.from_codes(code, categories=labels))
 
 
 def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray,

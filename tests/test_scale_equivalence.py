@@ -56,12 +56,8 @@ class Straightforward(Analysis):
         return self.trace.memsets
 
     @cached_property
-    def _runtime_classified(self) -> pd.DataFrame:
+    def _runtime_calls(self) -> pd.DataFrame:
         return self.trace.runtime  # every call: classify_runtime and the projection pick what they need
-
-    @cached_property
-    def _runtime_launching(self) -> pd.DataFrame:
-        return self.trace.runtime.iloc[:0]
 
 
 def straightforward(path, monkeypatch, **kw) -> dict:
@@ -153,8 +149,8 @@ def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, mon
     with Analysis(path) as a:
         a._step_windows
         parts = a._projection_runtime
-        assert len(parts) == 3 and len(parts[2]) == 81  # the renamed memset calls, fetched by correlationId
-        assert set(parts[2]["nameId"]) <= set(rt["nameId"])
+        assert len(parts) == 2 and len(parts[1]) == 81  # the renamed memset calls, fetched by correlationId
+        assert set(parts[1]["nameId"]) <= set(rt["nameId"])
     assert fast(path) == straightforward(path, monkeypatch)
 
 
