@@ -206,18 +206,31 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
     """
     out = []
     host_groups = dict(group_indices(host["globalPid"].to_numpy())) if len(host) else {}
+    sync_groups = dict(group_indices(syncs["globalPid"].to_numpy())) if len(syncs) else {}
+    step_groups = {k: steps.iloc[i] for k, i in steps.groupby(["globalPid", "deviceId"]).indices.items()} if len(steps) else {}
+    by_process: dict[int, tuple] = {}  # a process's host calls sorted by start, their reach, its sync ends: made once
+
+    def of_process(pid: int) -> tuple:
+        if pid not in by_process:
+            idx = host_groups.get((pid,), False)
+            h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
+            h = h.iloc[np.argsort(h["start"].to_numpy(), kind="stable")]  # by start: each slice's calls are a range
+            he = h["end"].to_numpy()
+            reach = np.maximum.accumulate(he) if he.size else he  # furthest end of the calls started so far
+            idx = sync_groups.get((pid,), False)
+            ends = (np.empty(0, np.int64) if idx is False else
+                    np.sort(syncs["end"].to_numpy() if idx is None else syncs["end"].to_numpy()[idx], kind="stable"))
+            by_process[pid] = (h, h["start"].to_numpy(), reach, ends)
+        return by_process[pid]
+
+    no_steps = steps.iloc[:0]
     for row in capture.itertuples(index=False):
         key = (int(row.globalPid), int(row.deviceId))
         idle_s, idle_e = _idle_within(idle[key], int(row.window_start), int(row.window_end))
         if idle_s.size == 0:
             continue
-        mine = steps[(steps["globalPid"] == key[0]) & (steps["deviceId"] == key[1])].sort_values("window_start")
-        idx = host_groups.get((key[0],), False)
-        h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
-        h = h.iloc[np.argsort(h["start"].to_numpy(), kind="stable")]  # by start: each slice's calls are a range
-        ends = np.sort(syncs["end"].to_numpy()[syncs["globalPid"].to_numpy() == key[0]], kind="stable") if len(syncs) else np.empty(0, np.int64)
-        hs, he = h["start"].to_numpy(), h["end"].to_numpy()
-        reach = np.maximum.accumulate(he) if he.size else he  # furthest end of the calls started so far
+        mine = step_groups.get(key, no_steps).sort_values("window_start")
+        h, hs, reach, ends = of_process(key[0])
         for lo in range(0, idle_s.size, IDLE_CHUNK):  # bounded temporaries: one slice of the idle intervals at a time
             a, b = idle_s[lo:lo + IDLE_CHUNK], idle_e[lo:lo + IDLE_CHUNK]
             first, last = int(np.searchsorted(reach, a[0], side="right")), int(np.searchsorted(hs, b[-1], side="left"))
