@@ -191,7 +191,8 @@ class Analysis:
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
-        self.__dict__["_kernels"] = self._kernels.drop(columns="streamId")
+        # streams and correlationIds are done with (the steps are projected): dropped before the unions
+        self.__dict__["_kernels"] = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
         busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
         runtime = M.classify_runtime(self._runtime_calls, self._api_names)
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
@@ -210,7 +211,7 @@ class Analysis:
                          ignore_index=True)
         del idle
         self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
-        kernels = self._kernels.drop(columns=["correlationId", "demangledId"], errors="ignore")
+        kernels = self._kernels.drop(columns="demangledId")
         self.__dict__.pop("_kernels", None)
         gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
         self.__dict__.pop("_memsets", None)

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import BLOCK, Coverage, group_indices, is_sorted, unique_sorted
-from .steps import group_name
+from .steps import group_name, rows_by_process
 from .trace.tables import pid_of
 
 LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -77,13 +77,13 @@ def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -
     return out
 
 
-def _during_idle(frame: pd.DataFrame, pids: np.ndarray, devices: dict[int, list[tuple]]) -> np.ndarray:
-    """Rows of ``frame`` (start, end) that overlap the GPU idle of one of their process's devices — only those
-    can be causes: [start, end) is not empty and the first idle interval ending after start begins before
-    end. Taken a block of rows at a time (bounded temporaries)."""
+def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.ndarray:
+    """Rows of ``frame`` (start, end, globalTid) that overlap the GPU idle of one of their process's devices —
+    only those can be causes: [start, end) is not empty and the first idle interval ending after start
+    begins before end. Taken a block of rows at a time (bounded temporaries)."""
     keep = np.zeros(len(frame), dtype=bool)
     start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
-    for (pid,), idx in group_indices(pids):
+    for pid, idx in rows_by_process(frame["globalTid"].to_numpy(), of_tid=True):
         rows = np.arange(len(frame)) if idx is None else idx
         for lo in range(0, rows.size, BLOCK):
             r = rows[lo:lo + BLOCK]
@@ -106,17 +106,17 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
     globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
-    rt_pid = pid_of(runtime["globalTid"].to_numpy())
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = pd.Series(runtime["globalTid"].to_numpy()[launching]).value_counts()
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
-    during = _during_idle(runtime, rt_pid, devices) & runtime["api"].notna().to_numpy()  # classified calls only
-    runtime, rt_pid, launching = runtime[during], rt_pid[during], launching[during]
+    during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
+    runtime, launching = runtime[during], launching[during]
+    rt_pid = pid_of(runtime["globalTid"].to_numpy())
     if len(osrt):
-        osrt = osrt[_during_idle(osrt, pid_of(osrt["globalTid"].to_numpy()), devices)]
+        osrt = osrt[_during_idle(osrt, devices)]
     if len(nvtx):
-        nvtx = nvtx[_during_idle(nvtx, pid_of(nvtx["globalTid"].to_numpy()), devices)]
+        nvtx = nvtx[_during_idle(nvtx, devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
     blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
@@ -262,7 +262,8 @@ def idle_gap_metrics(windows: pd.DataFrame, idle: dict[tuple[int, int], tuple]) 
 
 def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """Complement of ``busy`` inside [a, b): the gaps between its disjoint intervals that reach into [a, b),
-    plus the idle before its first and after its last interval there (one array each, written once)."""
+    plus the idle before its first and after its last interval there (views of ``busy``'s arrays when
+    there is none, else one array each, written once; read-only for callers)."""
     if busy is None or len(busy) == 0:
         return np.array([a], np.int64), np.array([b], np.int64)
     i = int(np.searchsorted(busy.ends, a, side="right"))  # first busy interval ending after a
@@ -271,6 +272,8 @@ def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray
         return np.array([a], np.int64), np.array([b], np.int64)
     lead, trail = int(busy.starts[i] > a), int(busy.ends[j - 1] < b)
     inner = j - i - 1  # gaps between busy intervals i..j-1: never empty (touching intervals are merged)
+    if not lead and not trail:  # [a, b) opens and closes busy (a capture window): views of busy, no copy
+        return busy.ends[i:j - 1], busy.starts[i + 1:j]
     starts, ends = np.empty(lead + inner + trail, np.int64), np.empty(lead + inner + trail, np.int64)
     starts[lead:lead + inner], ends[lead:lead + inner] = busy.ends[i:j - 1], busy.starts[i + 1:j]
     if lead:
@@ -388,14 +391,15 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
     puts_work = runtime["api"].isin(["launch", "sync_copy", "async_copy"]).to_numpy()
     if not puts_work.any() or steps.empty:
         return out
-    pids, starts = pid_of(runtime["globalTid"].to_numpy()[puts_work]), runtime["start"].to_numpy()[puts_work]
-    calls = dict(group_indices(pids))
-    del pids
+    tids, starts = runtime["globalTid"].to_numpy()[puts_work], runtime["start"].to_numpy()[puts_work]
+    calls = dict(rows_by_process(tids, of_tid=True))
+    del tids
     for (pid,), idx in group_indices(steps["globalPid"].to_numpy()):
-        if (pid,) not in calls:
+        if pid not in calls:
             continue
-        mine = calls[(pid,)]
-        t = np.sort(starts if mine is None else starts[mine], kind="stable")
+        mine = calls[pid]
+        t = starts if mine is None else starts[mine]
+        t.sort(kind="stable")  # its own copy: sorted in place
         rows = np.arange(len(steps)) if idx is None else idx
         a = steps["cpu_start"].to_numpy(np.int64)[rows]
         k = np.minimum(np.searchsorted(t, a, side="left"), t.size - 1)

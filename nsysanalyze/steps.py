@@ -360,13 +360,17 @@ def _first_call_steps(corr: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, n
     that of its first call inside a step (step >= 0), else -1."""
     if corr.size < 2 or bool(np.all(corr[1:] > corr[:-1])):  # the usual order: already unique and sorted
         return corr, step
-    order = np.lexsort((step < 0, corr))  # by correlationId, calls inside steps first, then call order
+    # by correlationId, calls inside steps first, then call order: one stable (run-aware) sort of one key
+    if int(corr.max()) < 1 << 61 and int(corr.min()) >= 0:
+        order = np.argsort(corr.astype(np.int64) * 2 + (step < 0), kind="stable")
+    else:
+        order = np.lexsort((step < 0, corr))
     corr, step = corr[order], step[order]
     first = np.concatenate(([True], corr[1:] != corr[:-1]))
     return corr[first], step[first]
 
 
-def _by_process(global_ids: np.ndarray, of_tid: bool) -> list[tuple[int, np.ndarray | None]]:
+def rows_by_process(global_ids: np.ndarray, of_tid: bool) -> list[tuple[int, np.ndarray | None]]:
     """Rows per process of globalTids (``of_tid``) or globalPids: (globalPid, indices or None for all rows)."""
     if global_ids.size == 0:
         return []
@@ -392,7 +396,7 @@ def _calls_by_process(runtime: Frames, steps: pd.DataFrame | None) -> dict[int, 
             for lo in range(0, tid.size, BLOCK):
                 step[lo:lo + BLOCK] = _assign_to_ranges(pid_of(tid[lo:lo + BLOCK]), start[lo:lo + BLOCK], steps,
                                                         key="globalPid")
-        for pid, idx in _by_process(tid, of_tid=True):
+        for pid, idx in rows_by_process(tid, of_tid=True):
             c, st = (corr, step) if idx is None else (corr[idx], step[idx])
             out.setdefault(pid, []).append(_first_call_steps(c, st))
     return out
@@ -421,7 +425,7 @@ def _activity_blocks(parts: list[pd.DataFrame], calls: dict[int, list]):
         gpid, corr = part["globalPid"].to_numpy(), part["correlationId"].to_numpy()
         for lo in range(0, gpid.size, BLOCK):
             block = slice(lo, lo + BLOCK)
-            for pid, idx in _by_process(gpid[block], of_tid=False):
+            for pid, idx in rows_by_process(gpid[block], of_tid=False):
                 act_corr = corr[block] if idx is None else corr[block][idx]
                 yield part, block, idx, _launching_step(calls.get(pid, []), act_corr)
 

@@ -228,3 +228,18 @@ def test_idle_intervals_are_the_complement_of_busy_per_ns():
         for x, y in zip(starts, ends):
             got[x - a:y - a] = True
         assert (got == want).all()
+
+
+def test_first_call_steps_equal_a_lexsort():
+    """Unit test on random calls: the one-key stable sort picks, per correlationId, the same call (inside a
+    step first, then call order) as a two-key lexsort."""
+    from nsysanalyze.steps import _first_call_steps
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = rng.integers(2, 40)
+        corr, step = rng.integers(0, 15, n), rng.integers(-1, 4, n)
+        order = np.lexsort((step < 0, corr))
+        c, s = corr[order], step[order]
+        first = np.concatenate(([True], c[1:] != c[:-1]))
+        got = _first_call_steps(corr, step)
+        assert got[0].tolist() == c[first].tolist() and got[1].tolist() == s[first].tolist()
