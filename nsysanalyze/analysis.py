@@ -65,8 +65,9 @@ class Analysis:
         self.close()
 
     # ---- stage 1: steps -------------------------------------------------------------
-    # Only what the pipeline uses is loaded: kernels without streamId (and without correlationId
-    # when no step is projected), and runtime calls by API name (see _projection).
+    # Only what the pipeline uses is loaded: kernels with the columns the metrics, the step projection
+    # (correlationId, only when steps are projected) and the per-kernel table (demangledId) need, each
+    # dropped once used; runtime calls by API name (see _runtime_calls and _project).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
         cols = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId"]

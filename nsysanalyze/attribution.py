@@ -103,8 +103,8 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     most launches run while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
-    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``osrt``: OS runtime calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end,
-    globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
+    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``osrt``: OS runtime
+    calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = pd.Series(runtime["globalTid"].to_numpy()[launching]).value_counts()
@@ -179,7 +179,8 @@ def idle_by_device(windows: list[pd.DataFrame], busy: dict[tuple[int, int], Cove
     frames = [w[["globalPid", "deviceId", "window_start", "window_end"]] for w in windows if len(w)]
     if not frames:
         return {}
-    spans = pd.concat(frames).groupby(["globalPid", "deviceId"]).agg(lo=("window_start", "min"), hi=("window_end", "max"))
+    spans = pd.concat(frames).groupby(["globalPid", "deviceId"]).agg(lo=("window_start", "min"),
+                                                                       hi=("window_end", "max"))
     return {(int(p), int(d)): _idle(busy.get((int(p), int(d))), int(lo), int(hi))
             for (p, d), lo, hi in zip(spans.index, spans["lo"], spans["hi"])}
 
@@ -207,8 +208,9 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
     out = []
     host_groups = dict(group_indices(host["globalPid"].to_numpy())) if len(host) else {}
     sync_groups = dict(group_indices(syncs["globalPid"].to_numpy())) if len(syncs) else {}
-    step_groups = {k: steps.iloc[i] for k, i in steps.groupby(["globalPid", "deviceId"]).indices.items()} if len(steps) else {}
-    by_process: dict[int, tuple] = {}  # a process's host calls sorted by start, their reach, its sync ends: made once
+    step_groups = ({k: steps.iloc[i] for k, i in steps.groupby(["globalPid", "deviceId"]).indices.items()}
+                   if len(steps) else {})
+    by_process: dict[int, tuple] = {}  # per process, made once: host calls sorted by start, their reach, sync ends
 
     def of_process(pid: int) -> tuple:
         if pid not in by_process:

@@ -5,7 +5,8 @@ name). Times are ns of kernel execution (end - start); ``share`` is the kernel's
 device's summed kernel time (as the report's ``Time (%)``, per device). With steps, ``per_step_ns``
 and ``launches_per_step`` are the kernel's time and launches in the steady steps (see
 ``metrics.steady_steps``: kernels starting inside a step window) divided by their number; without
-steps they are null. ``aggregate`` is pure (arrays in, frame out); ``kernel_table`` ties it to a trace.
+steps they are null. ``aggregate`` is pure (frame in, frame out; the names from a mapping or a lookup it is
+given); ``kernel_table`` ties it to an analysis, ``from_trace`` to a read of its own.
 """
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns
 UNNAMED = "(unnamed kernel)"
 
 
-def aggregate(kernels: pd.DataFrame, names: dict[int, str] | Callable[[np.ndarray], dict[int, str]], steps: pd.DataFrame | None = None,
-              name_column: str = "nameId") -> pd.DataFrame:
+def aggregate(kernels: pd.DataFrame, names: dict[int, str] | Callable[[np.ndarray], dict[int, str]],
+              steps: pd.DataFrame | None = None, name_column: str = "nameId") -> pd.DataFrame:
     """One row per (globalPid, deviceId, name id) of ``kernels`` (columns globalPid, deviceId, start, end ns and
-    ``name_column``), sorted by device then total time (desc); ``names``: id -> name, or a function giving that
-    mapping for the distinct ids; ``steps``: step windows (globalPid, deviceId,
+    ``name_column``), sorted by device then total time (desc); ``names``: id -> name, or a function that gives
+    that mapping for the distinct ids (a trace's ``strings``); ``steps``: step windows (globalPid, deviceId,
     window_start, window_end) that the per-step columns count in. One grouping pass and one sort of
     (group, duration) keys: no per-kernel Python work, and ``kernels`` is not copied."""
     if kernels.empty:
