@@ -70,7 +70,7 @@ def main(path: str) -> None:
     clock.run("render JSON", json_render.render, doc)
     total_w, total_c = time.perf_counter() - w0, time.process_time()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"| stage | wall (s) | CPU (s) |\n|---|---:|---:|")
+    print("| stage | wall (s) | CPU (s) |\n|---|---:|---:|")
     for name, (wall, cpu) in clock.rows.items():
         print(f"| {name} | {wall:.2f} | {cpu:.2f} |")
     print(f"| **total** (after interpreter start; peak RSS {rss:.0f} MB) | **{total_w:.2f}** | **{total_c:.2f}** |")

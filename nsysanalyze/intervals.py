@@ -97,11 +97,6 @@ class Coverage:
             return nonempty[0] if nonempty else (parts[0] if parts else cls(np.empty(0), np.empty(0)))
         return cls(*union_of(*[(p.starts, p.ends) for p in nonempty]), disjoint=True)
 
-    @classmethod
-    def union_of(cls, *parts: tuple[np.ndarray, np.ndarray]) -> "Coverage":
-        """Coverage of several sets of (starts, ends) intervals (:func:`union_of`)."""
-        return cls(*union_of(*parts), disjoint=True)
-
     def __len__(self) -> int:
         """Number of disjoint intervals."""
         return int(self.starts.size)
@@ -214,9 +209,9 @@ def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray | None]]:
     if not keys or len(keys[0]) == 0:
         return []
     code, values = group_codes(*keys)
-    if len(values[0]) == 1 and all(len(v) == 1 for v in values):
-        return [(tuple(v[0].item() if hasattr(v[0], "item") else v[0] for v in values), None)]
-    order = stable_group_order(code, len(values[0]))
+    groups = list(zip(*(np.asarray(v).tolist() for v in values)))  # key tuples of Python scalars
+    if len(groups) == 1:
+        return [(groups[0], None)]
+    order = stable_group_order(code, len(groups))
     bounds = np.concatenate(([0], np.cumsum(np.bincount(code))))
-    return [(tuple(v[i].item() if hasattr(v[i], "item") else v[i] for v in values), order[bounds[i]:bounds[i + 1]])
-            for i in range(len(values[0]))]
+    return [(key, order[bounds[i]:bounds[i + 1]]) for i, key in enumerate(groups)]

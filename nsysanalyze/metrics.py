@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
-                        lanes_per_batch, sum_in_windows)
+                        lanes_per_batch, sum_in_windows, union_of)
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -349,7 +349,8 @@ def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.Data
     parts = [_by_device(f, ["start", "end"]) for f in (kernels, memcpys, memsets)]
     keys = sorted({key for f in (kernels, memcpys, memsets) if len(f)
                    for key, _ in group_indices(f["globalPid"].to_numpy(), f["deviceId"].to_numpy())})
-    return {key: Coverage.union_of(*[(r["start"], r["end"]) for r in (rows(key) for rows in parts)]) for key in keys}
+    return {key: Coverage(*union_of(*[(r["start"], r["end"]) for r in (rows(key) for rows in parts)]), disjoint=True)
+            for key in keys}
 
 
 def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.DataFrame:

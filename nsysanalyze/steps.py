@@ -30,6 +30,7 @@ before it is not in the capture (capture start also perturbs it), so step median
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,11 +64,11 @@ class StepRangeError(InputError):
 
 def per_distinct(fn):
     """``fn`` (Series of names -> Series) applied once per distinct name and spread back to every row."""
+    @functools.wraps(fn)
     def apply(names: pd.Series) -> pd.Series:
         codes, uniques = pd.factorize(names, use_na_sentinel=False)
         values = fn(pd.Series(uniques, dtype=names.dtype)).to_numpy()
         return pd.Series(values[codes], index=names.index)
-    apply.__doc__, apply.__name__ = fn.__doc__, fn.__name__
     return apply
 
 

@@ -11,7 +11,6 @@ import sqlite3
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
