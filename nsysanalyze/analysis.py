@@ -23,6 +23,7 @@ from . import kernels as K
 from . import metrics as M
 from . import steps as S
 from .errors import InputError
+from .memory import release_freed_memory
 from .rules import Evidence, Finding, diagnose
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
@@ -157,6 +158,7 @@ class Analysis:
             futures = {n: pool.submit(getattr(type(self), n).func, self) for n in names}
         for n, f in futures.items():
             self.__dict__.setdefault(n, f.result())
+        release_freed_memory()  # the readers' chunk buffers, kept by their threads' arenas
 
     @cached_property
     def _step_windows(self) -> pd.DataFrame:
@@ -178,8 +180,9 @@ class Analysis:
         plus the idle-gap metrics; the idle-gap attribution (``_gaps``) is made in the same pass.
 
         CPU metrics count the calls of every thread of the window's process (PyTorch launches the
-        backward pass from autograd threads). They go first so the runtime calls can be released
-        before the GPU metrics build their interval unions; the loaded rows are released at the end.
+        backward pass from autograd threads). The GPU side goes first (per-kernel table, GPU metrics,
+        busy unions) so the kernels are released before the host side (CPU metrics, host intervals,
+        attribution) adds its arrays; each loaded table is released once its last use is done.
         """
         steps, capture = self._step_windows, self._capture_windows
         capture = capture.assign(globalTid=-1, cpu_start=capture["window_start"], cpu_end=capture["window_end"])
@@ -192,10 +195,22 @@ class Analysis:
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
-        # streams and correlationIds are done with (the steps are projected): dropped before the unions
-        self.__dict__["_kernels"] = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
-        busy = M.busy_coverage(self._kernels, self._memcpys, self._memsets)
-        runtime = M.classify_runtime(self._runtime_calls, self._api_names)
+        # streams and correlationIds are done with (the steps are projected)
+        kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
+        self.__dict__.pop("_kernels", None)
+        runtime = M.classify_runtime(self._runtime_calls.drop(columns="correlationId"), self._api_names)
+        for name in ("_projection_runtime", "_runtime_calls"):
+            self.__dict__.pop(name, None)
+        release_freed_memory()  # each stage's temporaries are handed back before the next one's peak
+        self.__dict__["_kernel_table"] = self._aggregate_kernels(kernels, steps)
+        kernels = kernels.drop(columns="demangledId")
+        gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
+        kernels = kernels.drop(columns="nameId")
+        release_freed_memory()
+        busy = M.busy_coverage(kernels, self._memcpys, self._memsets)
+        del kernels
+        self.__dict__.pop("_memsets", None)
+        release_freed_memory()
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
@@ -204,18 +219,11 @@ class Analysis:
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
         del runtime  # the runtime calls are done with: released before the attribution
-        for name in ("_projection_runtime", "_runtime_calls"):
-            self.__dict__.pop(name, None)
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
         del host
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
         del idle
-        self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
-        kernels = self._kernels.drop(columns="demangledId")
-        self.__dict__.pop("_kernels", None)
-        gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
-        self.__dict__.pop("_memsets", None)
         return pd.concat([gpu, cpu, gaps], axis=1)
 
     def _aggregate_kernels(self, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

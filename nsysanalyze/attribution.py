@@ -62,8 +62,16 @@ def api_base_name(name: str) -> str:
 
 def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
     """End times (ns) of the calls that wait for the GPU (SYNC_APIS), with their globalPid."""
-    sync = runtime[runtime["api"].isin(SYNC_APIS).to_numpy()]
-    return pd.DataFrame({"globalPid": pid_of(sync["globalTid"].to_numpy()), "end": sync["end"].to_numpy(np.int64)})
+    sync = api_is(runtime, SYNC_APIS)
+    return pd.DataFrame({"globalPid": pid_of(runtime["globalTid"].to_numpy()[sync]),
+                         "end": runtime["end"].to_numpy(np.int64)[sync]})
+
+
+def api_is(runtime: pd.DataFrame, categories) -> np.ndarray:
+    """Mask of the calls whose ``api`` (:func:`metrics.classify_runtime`) is one of ``categories``, on the
+    categorical's codes (1 byte a call; ``Series.isin`` on a categorical takes 10 bytes a call)."""
+    api = runtime["api"].array
+    return np.isin(api.codes, [api.categories.get_loc(c) for c in categories if c in api.categories])
 
 
 def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> dict[int, list[tuple]]:
@@ -84,9 +92,9 @@ def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.nda
     keep = np.zeros(len(frame), dtype=bool)
     start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
     for pid, idx in rows_by_process(frame["globalTid"].to_numpy(), of_tid=True):
-        rows = np.arange(len(frame)) if idx is None else idx
-        for lo in range(0, rows.size, BLOCK):
-            r = rows[lo:lo + BLOCK]
+        n = len(frame) if idx is None else idx.size
+        for lo in range(0, n, BLOCK):
+            r = slice(lo, lo + BLOCK) if idx is None else idx[lo:lo + BLOCK]  # every row: slices, no index array
             s, e = start[r], end[r]
             for idle_s, idle_e in devices.get(int(pid), []):
                 if idle_s.size == 0:
@@ -107,7 +115,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
-    launches_per_thread = pd.Series(runtime["globalTid"].to_numpy()[launching]).value_counts()
+    launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
@@ -150,6 +158,15 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     cause = pd.api.types.union_categoricals([p["cause"].array for p in parts])
     frame = pd.concat([p.drop(columns="cause") for p in parts], ignore_index=True).assign(cause=cause)
     return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
+
+
+def _count_per_thread(tid: np.ndarray, mask: np.ndarray) -> pd.Series:
+    """Rows per globalTid among the ``mask``ed ones, most first (ties in order of first appearance),
+    counted a block of rows at a time (no copy of the masked tids)."""
+    blocks = [pd.Series(tid[lo:lo + BLOCK][mask[lo:lo + BLOCK]]).value_counts(sort=False)
+              for lo in range(0, tid.size, BLOCK)]
+    counts = pd.concat(blocks).groupby(level=0, sort=False).sum() if blocks else pd.Series([], dtype=np.int64)
+    return counts.sort_values(ascending=False, kind="stable")
 
 
 def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
@@ -390,17 +407,18 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
     """Per step row: start (ns) of the first call of its process that puts work on the GPU (a launch or a
     copy) inside the step's CPU range [cpu_start, cpu_end), or cpu_end when there is none."""
     out = steps["cpu_end"].to_numpy(np.int64).copy()
-    puts_work = runtime["api"].isin(["launch", "sync_copy", "async_copy"]).to_numpy()
+    puts_work = api_is(runtime, ["launch", "sync_copy", "async_copy"])
     if not puts_work.any() or steps.empty:
         return out
-    tids, starts = runtime["globalTid"].to_numpy()[puts_work], runtime["start"].to_numpy()[puts_work]
-    calls = dict(rows_by_process(tids, of_tid=True))
-    del tids
+    starts = runtime["start"].to_numpy()
+    calls = dict(rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True))  # every call: no copy of the tids
     for (pid,), idx in group_indices(steps["globalPid"].to_numpy()):
         if pid not in calls:
             continue
         mine = calls[pid]
-        t = starts if mine is None else starts[mine]
+        t = starts[puts_work] if mine is None else starts[mine[puts_work[mine]]]
+        if t.size == 0:
+            continue
         t.sort(kind="stable")  # its own copy: sorted in place
         rows = np.arange(len(steps)) if idx is None else idx
         a = steps["cpu_start"].to_numpy(np.int64)[rows]

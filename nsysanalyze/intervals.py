@@ -7,6 +7,8 @@ differences follow from inclusion-exclusion:
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import pandas as pd
 
@@ -36,24 +38,26 @@ def unique_sorted(x: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def union(starts: np.ndarray, ends: np.ndarray, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge).
 
     Input already sorted by start (the usual order of an nsys table per device) skips the sort.
+    ``owned``: ``starts`` and ``ends`` are the caller's scratch arrays, overwritten by the result (no
+    second pair of arrays of their size is allocated).
     """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
     if not keep.all():
-        starts, ends = starts[keep], ends[keep]
+        starts, ends, owned = starts[keep], ends[keep], True
     del keep
     if starts.size == 0:
         return starts, ends
     if not is_sorted(starts):
         order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
+        starts, ends, owned = starts[order], ends[order], True
         del order
-    running_end = np.maximum.accumulate(ends)
+    running_end = np.maximum.accumulate(ends, out=ends if owned else None)  # equals ends where none overlap
     # a new merged interval begins where the start lies beyond every earlier end
     new = np.empty(starts.size, dtype=bool)
     new[0] = True
@@ -63,21 +67,37 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     last = np.empty(starts.size, dtype=bool)  # the last interval of each merged one (masks: 1 byte a row)
     last[:-1] = new[1:]
     last[-1] = True
-    return starts[new], running_end[last]
+    return (_compact(starts, new) if owned else starts[new]), _compact(running_end, last)  # running_end: scratch
+
+
+def _compact(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values[keep]`` written over the front of ``values`` (a scratch array), a block at a time: a block is
+    read before anything is written past its start, so nothing unread is overwritten. A view when most
+    rows are kept, else a copy (so the rest of the array is freed)."""
+    k = 0
+    for lo in range(0, values.size, BLOCK):
+        part = values[lo:lo + BLOCK][keep[lo:lo + BLOCK]]
+        values[k:k + part.size] = part
+        k += part.size
+    return values[:k] if 4 * k >= 3 * values.size else values[:k].copy()
 
 
 def union_of(*parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Union of several sets of (starts, ends) intervals: each part's union, the smaller ones inserted
-    into the largest in start order (np.insert), so the whole is never sorted or gathered again."""
-    unions = sorted((union(s, e) for s, e in parts), key=lambda u: -u[0].size)
-    if not unions:
+    """Union of several sets of (starts, ends) intervals: the union of the smaller parts is inserted in
+    start order (one np.insert) into the largest part as it is (when sorted by start: the usual order of
+    kernels), then one union merges the whole in place — the whole is never sorted or gathered, and
+    the largest part's union is not made on its own."""
+    if not parts:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    starts, ends = unions[0]
-    for s, e in unions[1:]:
-        if s.size:
-            at = np.searchsorted(starts, s, side="right")
-            starts, ends = np.insert(starts, at, s), np.insert(ends, at, e)
-    return union(starts, ends) if len(unions) > 1 else (starts, ends)
+    parts = sorted(parts, key=lambda p: -len(p[0]))
+    starts, ends = (np.asarray(x, dtype=np.int64) for x in parts[0])
+    if not is_sorted(starts):
+        starts, ends = union(starts, ends)
+    s, e = union_of(*parts[1:]) if len(parts) > 1 else (starts[:0], ends[:0])
+    if s.size == 0:
+        return union(starts, ends)
+    at = np.searchsorted(starts, s, side="right")
+    return union(np.insert(starts, at, s), np.insert(ends, at, e), owned=True)
 
 
 class Coverage:
@@ -86,8 +106,14 @@ class Coverage:
     def __init__(self, starts: np.ndarray, ends: np.ndarray, disjoint: bool = False):
         """The union of [starts, ends); ``disjoint``: they already are one (sorted, disjoint: kept as is)."""
         self.starts, self.ends = (starts, ends) if disjoint else union(starts, ends)
-        self._cum = np.zeros(self.starts.size + 1, dtype=np.int64)
-        np.cumsum(self.ends - self.starts, out=self._cum[1:])
+
+    @cached_property
+    def _cum(self) -> np.ndarray:
+        """Covered ns before each interval (and in all, last): made at the first query, not for a
+        coverage only used for its intervals (8 bytes an interval)."""
+        cum = np.zeros(self.starts.size + 1, dtype=np.int64)
+        np.cumsum(self.ends - self.starts, out=cum[1:])
+        return cum
 
     @classmethod
     def of(cls, *parts: "Coverage") -> "Coverage":
@@ -107,14 +133,19 @@ class Coverage:
         return int(self._cum[-1])
 
     def covered_before(self, t: np.ndarray) -> np.ndarray:
-        """Covered ns in (-inf, t) for each t."""
+        """Covered ns in (-inf, t) for each t (a block of t at a time: bounded temporaries)."""
         t = np.asarray(t, dtype=np.int64)
-        k = np.searchsorted(self.starts, t, side="right")  # intervals starting at or before t
-        prev = np.maximum(k - 1, 0)
+        out = np.zeros(t.shape, dtype=np.int64)
         if self.starts.size == 0:
-            return np.zeros(t.shape, dtype=np.int64)
-        partial = np.clip(t - self.starts[prev], 0, self.ends[prev] - self.starts[prev])
-        return np.where(k > 0, self._cum[prev] + partial, 0)
+            return out
+        times, result = t.reshape(-1), out.reshape(-1)
+        for lo in range(0, times.size, BLOCK):
+            part = times[lo:lo + BLOCK]
+            k = np.searchsorted(self.starts, part, side="right")  # intervals starting at or before t
+            prev = np.maximum(k - 1, 0)
+            partial = np.clip(part - self.starts[prev], 0, self.ends[prev] - self.starts[prev])
+            result[lo:lo + BLOCK] = np.where(k > 0, self._cum[prev] + partial, 0)
+        return out
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Covered ns inside each window [a, b)."""
@@ -125,25 +156,37 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
     """|x ∩ y| inside each window [a, b), without building x ∪ y.
 
     Costs O((|x| + windows) log |y|) for x the side with fewer intervals: each disjoint interval
-    of x looks up how much of it y covers; a prefix sum of those answers whole intervals and the
-    interval cut by a window edge is looked up on its own.
+    of x looks up how much of it y covers; prefix sums of those (taken at the windows' edges only,
+    a block of x at a time) answer whole intervals, and the interval cut by a window edge is looked up on its own.
     """
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
     if len(x) > len(y):
         x, y = y, x
     if len(x) == 0:
-        return np.zeros(np.broadcast(a, b).shape, dtype=np.int64)
-    y_at_start = y.covered_before(x.starts)
-    cum = np.concatenate(([0], np.cumsum(y.covered_before(x.ends) - y_at_start)))
+        return np.zeros(a.shape, dtype=np.int64)
+    t = np.concatenate([a.ravel(), b.ravel()])  # every window edge
+    k = np.searchsorted(x.starts, t, side="right") - 1  # x's interval starting at or before the edge
+    kk = np.maximum(k, 0)
+    whole = _prefix_sums_at(lambda lo, hi: y.covered_before(x.ends[lo:hi]) - y.covered_before(x.starts[lo:hi]),
+                            len(x), kk)  # |x ∩ y| over x's intervals before kk
+    partial = y.covered_before(np.minimum(t, x.ends[kk])) - y.covered_before(x.starts[kk])
+    before = np.where(k >= 0, whole + partial, 0)  # |x ∩ y ∩ (-inf, t)|
+    return np.maximum(before[a.size:] - before[:a.size], 0).reshape(a.shape)
 
-    def before(t: np.ndarray) -> np.ndarray:  # |x ∩ y ∩ (-inf, t)|
-        k = np.searchsorted(x.starts, t, side="right") - 1
-        kk = np.maximum(k, 0)
-        partial = y.covered_before(np.minimum(t, x.ends[kk])) - y_at_start[kk]
-        return np.where(k >= 0, cum[kk] + partial, 0)
 
-    return np.maximum(before(b) - before(a), 0)
+def _prefix_sums_at(values_of, n: int, at: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k in ``at``;
+    ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
+    out = np.zeros(at.shape, dtype=np.int64)
+    carry = 0
+    for lo in range(0, n, BLOCK):
+        values = values_of(lo, min(lo + BLOCK, n))
+        inclusive = np.cumsum(values)
+        here = (at >= lo) & (at < lo + values.size)
+        j = at[here] - lo
+        out[here] = carry + inclusive[j] - values[j]
+        carry += int(inclusive[-1])
+    return out
 
 
 def count_in_windows(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -177,7 +220,7 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
             uniques.append(k[:1])
             continue
         c, u = pd.factorize(k, sort=True)
-        code = c.astype(np.int64) if code is None else code * len(u) + c
+        code = c.astype(np.int64, copy=False) if code is None else code * len(u) + c
         uniques.append(np.asarray(u))
         varying += 1
     size = int(np.prod([len(u) for u in uniques], dtype=np.int64)) if n else 0

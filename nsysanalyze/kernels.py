@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import group_codes, group_indices
+from .intervals import BLOCK, group_codes, group_indices
 from .metrics import steady_steps
 
 KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
@@ -34,10 +34,10 @@ def aggregate(kernels: pd.DataFrame, names: dict[int, str] | Callable[[np.ndarra
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     pid, dev = kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()
     code, (g_pid, g_dev, g_name) = group_codes(pid, dev, kernels[name_column].to_numpy())
-    dur = kernels["end"].to_numpy(np.int64) - kernels["start"].to_numpy(np.int64)
+    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
     count = np.bincount(code)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
-    sorted_dur = _durations_by_group(code, dur, count.size)
+    sorted_dur = _durations_by_group(code, end - start, count.size)
     total = np.add.reduceat(sorted_dur, first)
     median = (sorted_dur[first + (count - 1) // 2] + sorted_dur[first + count // 2]) / 2  # mean of the middle pair
     out = pd.DataFrame({"globalPid": g_pid, "deviceId": g_dev, "nameId": g_name}).astype(np.int64)
@@ -51,22 +51,36 @@ def aggregate(kernels: pd.DataFrame, names: dict[int, str] | Callable[[np.ndarra
         n_steps = steps.groupby(["globalPid", "deviceId"]).size()
         n = n_steps.reindex(pd.MultiIndex.from_frame(out[["globalPid", "deviceId"]])).to_numpy(dtype=float)
         out["steps"] = pd.array(np.where(np.isnan(n), 0, n).astype(np.int64), dtype="Int64")
+        step_ns, step_launches = _sums_in_steps(code, start, end, in_step, count.size)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["per_step_ns"] = np.bincount(code, weights=np.where(in_step, dur, 0), minlength=count.size) / n
-            out["launches_per_step"] = np.bincount(code, weights=in_step, minlength=count.size) / n
+            out["per_step_ns"] = step_ns / n
+            out["launches_per_step"] = step_launches / n
     out = out.sort_values(["globalPid", "deviceId", "total_ns"], ascending=[True, True, False], kind="stable")
     return out[KERNEL_COLUMNS].reset_index(drop=True)
 
 
+def _sums_in_steps(code: np.ndarray, start: np.ndarray, end: np.ndarray, in_step: np.ndarray,
+                   groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group code: kernel ns (end - start) and launches of the kernels ``in_step``, as floats, summed
+    a block of kernels at a time (bounded temporaries; exact while a group's ns stay below 2**53)."""
+    ns, launches = np.zeros(groups), np.zeros(groups)
+    for lo in range(0, code.size, BLOCK):
+        block, inside = slice(lo, lo + BLOCK), in_step[lo:lo + BLOCK]
+        ns += np.bincount(code[block], weights=np.where(inside, end[block] - start[block], 0), minlength=groups)
+        launches += np.bincount(code[block], weights=inside, minlength=groups)
+    return ns, launches
+
+
 def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.ndarray:
-    """``dur`` ordered by (code, duration): one sort of code x span + duration when that fits in int64,
-    else a lexsort."""
+    """``dur`` (consumed: sorted in place) ordered by (code, duration): one sort of code x span + duration
+    when that fits in int64, else a lexsort."""
     low = int(dur.min())
     span = int(dur.max()) - low + 1
-    if groups * span < 1 << 62:  # in place: one array of the kernels' size besides code and dur
-        keyed = code * span
-        keyed += dur
+    if groups * span < 1 << 62:  # in place: no array of the kernels' size besides code and dur
+        keyed = dur
         keyed -= low
+        for lo in range(0, keyed.size, BLOCK):
+            keyed[lo:lo + BLOCK] += code[lo:lo + BLOCK] * span
         keyed.sort(kind="stable")
         np.remainder(keyed, span, out=keyed)
         keyed += low
@@ -86,13 +100,12 @@ def in_windows(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
             continue
         w = w.sort_values("window_start")
         starts, ends = w["window_start"].to_numpy(), w["window_end"].to_numpy()
-        t = start if rows is None else start[rows]
-        i = np.searchsorted(starts, t, side="right") - 1
-        hit = (i >= 0) & (t < ends[np.clip(i, 0, None)])
-        if rows is None:
-            inside = hit
-        else:
-            inside[rows] = hit
+        n = start.size if rows is None else rows.size
+        for lo in range(0, n, BLOCK):  # a block of kernels at a time: bounded temporaries
+            at = slice(lo, lo + BLOCK) if rows is None else rows[lo:lo + BLOCK]
+            t = start[at]
+            i = np.searchsorted(starts, t, side="right") - 1
+            inside[at] = (i >= 0) & (t < ends[np.clip(i, 0, None)])
     return inside
 
 

@@ -225,12 +225,10 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     """
     ks, ke = k["start"], k["end"]
     is_nccl = np.isin(k["nameId"], nccl_name_ids)
-    kern = Coverage(ks, ke)
-    nccl, compute = _masked(kern, ks, ke, is_nccl), _masked(kern, ks, ke, ~is_nccl)
     ms, me, kind = m["start"], m["end"], m["copyKind"]
     htod, dtoh, dtod, ptop = (kind == COPY_HTOD), (kind == COPY_DTOH), (kind == COPY_DTOD), (kind == COPY_PTOP)
     copies, sets = Coverage(ms, me), Coverage(s["start"], s["end"])
-    htod_cov = _masked(copies, ms, me, htod)
+    htod_cov, dtoh_cov = _masked(copies, ms, me, htod), _masked(copies, ms, me, dtoh)
     copy_or_set = Coverage.of(copies, sets)
     m_bytes, m_dur = m["bytes"], me - ms
     src, dst = m["srcKind"], m["dstKind"]
@@ -239,23 +237,35 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         return sum_in_windows(ms[mask], values[mask], a, b)
 
     ones_m = np.ones(len(ms), dtype=np.int64)
+    # K first; its union is released before X's is made (each holds 3 int64 a kernel) unless X or N is K
+    kern = Coverage(ks, ke)
     kernel_ns, copy_ns = kern.within(a, b), copy_or_set.within(a, b)
     kernel_copy = intersection_within(kern, copy_or_set, a, b)
+    hidden = {"memcpy_hidden_ns": intersection_within(copies, kern, a, b),
+              "htod_hidden_ns": intersection_within(htod_cov, kern, a, b),
+              "dtoh_hidden_ns": intersection_within(dtoh_cov, kern, a, b)}
+    no_nccl, all_nccl = not is_nccl.any(), bool(is_nccl.all())
+    if not (no_nccl or all_nccl):
+        del kern
     busy_ns = kernel_ns + copy_ns - kernel_copy
-    compute_ns = kernel_ns if compute is kern else compute.within(a, b)
-    nccl_ns = kernel_ns if nccl is kern else nccl.within(a, b)
-    compute_copy = kernel_copy if compute is kern else intersection_within(compute, copy_or_set, a, b)
-    nccl_copy = kernel_copy if nccl is kern else intersection_within(nccl, copy_or_set, a, b)
+    compute = kern if no_nccl else EMPTY if all_nccl else Coverage(ks[~is_nccl], ke[~is_nccl])
+    compute_ns = kernel_ns if no_nccl else compute.within(a, b)
+    compute_copy = kernel_copy if no_nccl else intersection_within(compute, copy_or_set, a, b)
     per_kind = {}
     for kind in NCCL_KINDS:
         ids = np.array([i for i, kd in nccl_kinds.items() if kd == kind], dtype=np.int64)
         mask = np.isin(k["nameId"], ids) if ids.size else np.zeros(ks.size, dtype=bool)
-        cov = _masked(kern, ks, ke, mask)
+        cov = Coverage(ks[mask], ke[mask]) if mask.any() else EMPTY
         kind_ns = cov.within(a, b)
         per_kind[f"nccl_{kind}_count"] = count_in_windows(ks[mask], a, b)
         per_kind[f"nccl_{kind}_ns"] = kind_ns
         per_kind[f"nccl_{kind}_exposed_ns"] = kind_ns - intersection_within(cov, compute, a, b) if mask.any() else kind_ns
-    dtoh_cov = _masked(copies, ms, me, dtoh)
+        del cov
+    del compute
+    nccl = kern if all_nccl else EMPTY if no_nccl else Coverage(ks[is_nccl], ke[is_nccl])
+    nccl_ns = kernel_ns if all_nccl else nccl.within(a, b)
+    nccl_copy = kernel_copy if all_nccl else intersection_within(nccl, copy_or_set, a, b)
+    del nccl
     return {
         "window_ns": b - a,
         "busy_ns": busy_ns,
@@ -263,10 +273,10 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "kernel_count": count_in_windows(ks, a, b),
         "kernel_sum_ns": sum_in_windows(ks, ke - ks, a, b),
         "memcpy_ns": copies.within(a, b),
-        "memcpy_hidden_ns": intersection_within(copies, kern, a, b),
+        "memcpy_hidden_ns": hidden["memcpy_hidden_ns"],
         "memset_ns": sets.within(a, b),
         "htod_ns": htod_cov.within(a, b),
-        "htod_hidden_ns": intersection_within(htod_cov, kern, a, b),
+        "htod_hidden_ns": hidden["htod_hidden_ns"],
         "htod_count": copy_sum(htod, ones_m),
         "htod_bytes": copy_sum(htod, m_bytes),
         "htod_pageable_bytes": copy_sum(htod & (src == MEM_PAGEABLE), m_bytes),
@@ -277,7 +287,7 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "dtoh_bytes": copy_sum(dtoh, m_bytes),
         "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
         "dtoh_ns": dtoh_cov.within(a, b),
-        "dtoh_hidden_ns": intersection_within(dtoh_cov, kern, a, b),
+        "dtoh_hidden_ns": hidden["dtoh_hidden_ns"],
         "dtod_count": copy_sum(dtod, ones_m),
         "dtod_bytes": copy_sum(dtod, m_bytes),
         "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),

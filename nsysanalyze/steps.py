@@ -252,17 +252,26 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
         return None
     period = int(round(stats["median"].max()))
     anchor = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()[0]
-    done_before = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))  # GPU completion before each kernel
     # the iteration boundary: the kernel at the offset from the anchor with the longest median GPU idle
     # before it (on the first PHASE_ITERATIONS iterations) — where the loop waits for its next input
     at = np.flatnonzero(seq == anchor)
     pos = at[:PHASE_ITERATIONS, None] + np.arange(period)[None, :]
     full = (pos < n).all(axis=1)
-    lead = t0[np.minimum(pos, n - 1)] - done_before[np.minimum(pos, n - 1)]
+    lead = t0[np.minimum(pos, n - 1)] - _completion_before(t0, t1, np.minimum(pos, n - 1))
     phase = int(np.argmax(np.median(lead[full], axis=0) if full.any() else lead[0]))
     first = np.concatenate(([at[0] + phase - period], at + phase))  # one more boundary before the first anchor
     first = first[(first >= 0) & (first < n)]
-    return period, np.minimum(done_before[first], t0[first])
+    return period, np.minimum(_completion_before(t0, t1, first), t0[first])
+
+
+def _completion_before(t0: np.ndarray, t1: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """GPU completion (ns) before each kernel ``idx`` (of kernels in start order, [t0, t1)): the latest end of
+    the kernels before it, t0[0] for the first. From the maxima of the segments between the asked
+    kernels (np.maximum.reduceat), not a running maximum of every kernel (8 bytes a kernel)."""
+    bounds, where = np.unique(np.concatenate(([0], idx.ravel())), return_inverse=True)
+    running = np.maximum.accumulate(np.maximum.reduceat(t1, bounds))  # latest end before bounds[j + 1]
+    before = np.concatenate(([t0[0]], running[:-1]))
+    return before[where[1:]].reshape(idx.shape)
 
 
 def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -301,9 +310,11 @@ def is_loop_iteration(windows: pd.DataFrame, kernels: pd.DataFrame) -> bool:
     spans = windows.assign(ns=windows["gpu_end"] - windows["gpu_start"])
     pid, dev = spans.groupby(["globalPid", "deviceId"])["ns"].sum().idxmax()
     mine = spans[(spans["globalPid"] == pid) & (spans["deviceId"] == dev)]
-    k = kernels[(kernels["globalPid"] == pid) & (kernels["deviceId"] == dev)]
-    ks, ke = k["start"].to_numpy(), k["end"].to_numpy()
-    found = kernel_period(k["nameId"].to_numpy(), ks, ke)
+    on_device = (kernels["globalPid"].to_numpy() == pid) & (kernels["deviceId"].to_numpy() == dev)
+    every = bool(on_device.all())  # one device's kernels: its columns as they are, no copy
+    ks, ke, names = (kernels[c].to_numpy() if every else kernels[c].to_numpy()[on_device] for c in ("start", "end", "nameId"))
+    del on_device
+    found = kernel_period(names, ks, ke)
     a, b = mine["gpu_start"].to_numpy(np.int64), mine["gpu_end"].to_numpy(np.int64)
     if found is not None:
         return bool(np.median(count_in_windows(ks, a, b + 1)) >= ITERATION_SHARE * found[0])

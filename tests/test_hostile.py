@@ -17,12 +17,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from hostile import MARKDOWN_PAYLOAD, TERMINAL_PAYLOAD, hostile_copy
 from markdown_it import MarkdownIt
 from tiny import TinyTrace
 
 from nsysanalyze.cli import example_path, main
+from nsysanalyze.errors import InputError
+from nsysanalyze.trace import tables
 from nsysanalyze.render.sanitize import code_span, markdown_text, printable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -539,3 +543,18 @@ def test_saved_report_whose_summary_is_not_an_object(tmp_path):
     p.write_text(json.dumps({"format_version": 2, "trace": {}, "summary": True}))
     with pytest.raises(InputError, match="not a single-trace nsysanalyze JSON report"):
         read_report(p)
+
+
+@pytest.mark.parametrize("last_duration, refused", [(1 << 62, True), (1 << 61, False)])
+def test_duration_totals_are_checked_to_the_last_row(last_duration, refused):
+    """check_summable adds durations a block at a time: a frame (built here, no trace) of just over three
+    blocks whose only non-zero duration is the last row's, at and below the 2**62 bound."""
+    n = 3 * tables.SUM_BLOCK + 5
+    end = np.zeros(n, dtype=np.int64)
+    end[-1] = last_duration
+    frame = pd.DataFrame({"start": np.zeros(n, dtype=np.int64), "end": end})
+    if refused:
+        with pytest.raises(InputError, match="durations add up past 2\\*\\*62"):
+            tables.check_summable(frame, "CUPTI_ACTIVITY_KIND_KERNEL")
+    else:
+        tables.check_summable(frame, "CUPTI_ACTIVITY_KIND_KERNEL")

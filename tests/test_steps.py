@@ -1,6 +1,8 @@
 """Step-family detection on range names (pure functions over an NVTX frame)."""
+import numpy as np
 import pandas as pd
 
+from nsysanalyze import steps as S
 from nsysanalyze.steps import detect_step_family, family_of, find_steps
 
 
@@ -63,3 +65,15 @@ def test_kernel_period_splits_where_the_gpu_waits():
     period, bounds = kernel_period(names, starts, starts + 10)
     assert period == 4
     assert bounds.tolist() == (starts[names == 3] - 100).tolist()
+
+
+def test_completion_before_equals_the_running_maximum_of_ends():
+    """kernel_period's segment maxima give what a running maximum over every kernel gives (random
+    start-sorted kernels built here; indices repeat, include the first and last kernel)."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 9, 5000):
+        t0 = np.sort(rng.integers(0, 10**9, n))
+        t1 = t0 + rng.integers(0, 10**6, n)
+        reference = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))
+        for idx in (rng.integers(0, n, (4, 6)), np.array([0, 0, n - 1, n - 1])):
+            assert (S._completion_before(t0, t1, idx) == reference[idx]).all()

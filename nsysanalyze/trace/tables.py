@@ -219,14 +219,23 @@ def check_summable(frame: pd.DataFrame, table: str) -> None:
         raise InputError(f"{table}: timestamps beyond ±2**62 ns (the export is corrupted)")
     totals = {}
     if "start" in lo and "end" in lo and n * (hi["end"] - lo["start"]) >= SUMMABLE_MAX:
-        totals["durations"] = np.abs(np.subtract(frame["end"].to_numpy(), frame["start"].to_numpy(),
-                                                 dtype=np.float64)).sum()
+        ends, starts = frame["end"].to_numpy(), frame["start"].to_numpy()
+        totals["durations"] = _blockwise_abs_total(lambda a, b: np.subtract(ends[a:b], starts[a:b], dtype=np.float64), n)
     if "bytes" in lo and n * max(hi["bytes"], -lo["bytes"]) >= SUMMABLE_MAX:
-        totals["byte counts"] = np.abs(frame["bytes"].to_numpy(), dtype=np.float64).sum()
+        values = frame["bytes"].to_numpy()
+        totals["byte counts"] = _blockwise_abs_total(lambda a, b: values[a:b].astype(np.float64), n)
     for what, total in totals.items():
         if not total < SUMMABLE_MAX:
             raise InputError(f"{table}: {what} add up past 2**62 and would overflow int64 sums "
                              "(the export is corrupted)")
+
+
+SUM_BLOCK = 1 << 20  # rows per block of check_summable's float totals: bounds its temporaries to 8 MB
+
+
+def _blockwise_abs_total(block_values, n: int) -> float:
+    """Sum of |values| over rows [0, n), ``block_values(a, b)`` giving rows [a, b) as float64, a block at a time."""
+    return float(sum(np.abs(block_values(a, min(a + SUM_BLOCK, n))).sum() for a in range(0, n, SUM_BLOCK)))
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
