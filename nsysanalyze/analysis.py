@@ -150,7 +150,7 @@ class Analysis:
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets"]
+        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets", "_osrt"]
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, SHARED_TRACES, fixture_trace, shared_trace
+from tiny import TinyTrace, gpid
 from nsysanalyze.trace import Trace, tables
 from nsysanalyze.trace.tables import pid_of
 
@@ -60,3 +61,27 @@ def test_nvtx_names_from_text_and_from_missing_string_ids(tmp_path, monkeypatch)
         expected = nvtx_by_one_join(t.conn)
     assert {"by text 0", "orphan", "", "copy batch"} <= set(got["name"])
     pd.testing.assert_frame_equal(got.reset_index(drop=True), expected)
+
+
+def test_osrt_calls_column_wise_names_once_per_id(tmp_path):
+    """Unit test on a tiny trace built here (real nsys schema): OS runtime calls come back in rowid order
+    with their names (categorical), filtered by name when asked; a call whose nameId has no string is
+    left out, as the join with StringIds it replaces left it out."""
+    t = TinyTrace(tmp_path / "osrt.sqlite")
+    t.process(100)
+    tid = gpid(100) + 7
+    t.osrt(10, 20, tid, "munmap")
+    t.osrt(30, 45, tid, "futex")
+    t.osrt(50, 51, tid, "munmap")
+    t.insert("OSRT_API", start=60, end=70, globalTid=tid, nameId=987654, eventClass=27, returnValue=0,
+             nestingLevel=0, callchainId=0)
+    path = t.close()
+    with Trace(path) as trace:
+        every = trace.osrt(None)
+        munmap = trace.osrt(("munmap",))
+        none = trace.osrt(("no_such_call",))
+    assert every["start"].tolist() == [10, 30, 50] and every["end"].tolist() == [20, 45, 51]
+    assert every["name"].tolist() == ["munmap", "futex", "munmap"] and every["globalTid"].tolist() == [tid] * 3
+    assert isinstance(every["name"].dtype, pd.CategoricalDtype)
+    assert munmap["start"].tolist() == [10, 50] and set(munmap["name"]) == {"munmap"}
+    assert none.empty and list(none.columns) == ["start", "end", "globalTid", "name"]

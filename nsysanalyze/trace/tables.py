@@ -439,18 +439,29 @@ def nvtx_event_type_counts(conn: sqlite3.Connection, schema: Schema) -> dict[int
 
 
 def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None) -> pd.DataFrame:
-    """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name."""
+    """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name
+    (categorical: a trace's millions of calls have a few dozen names). Read column-wise
+    (:func:`fetch_columns`); the names once per distinct nameId; calls whose nameId has no string are left out."""
     columns = ["start", "end", "globalTid", "name"]
     if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
         return pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
-    named = "" if names is None else f"o.nameId IN (SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})) AND "
-    rows = conn.execute(
-        f"SELECT o.start, o.\"end\", o.globalTid, s.value FROM {OSRT} o JOIN StringIds s ON s.id = o.nameId "
-        f"WHERE {named}o.\"end\" IS NOT NULL",
-        names or (),
-    ).fetchall()
-    df = pd.DataFrame(rows, columns=columns)
-    return df.astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
+    where = '"end" IS NOT NULL AND start IS NOT NULL AND globalTid IS NOT NULL AND nameId IS NOT NULL'
+    if names is not None:
+        ids = [r[0] for r in conn.execute(f"SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
+                                          names)]
+        where += f" AND nameId IN ({_id_list(ids)})"
+    df = fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
+                       where, small=("nameId",))
+    name_id = df.pop("nameId").to_numpy()
+    found = strings(conn, schema, np.unique(name_id))
+    ids = np.array(sorted(found), dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, name_id), max(ids.size - 1, 0))
+    named = ids[pos] == name_id if ids.size else np.zeros(name_id.size, dtype=bool)
+    if not named.all():  # no string at its nameId: left out, as a join with StringIds leaves it
+        df, pos = df[named].reset_index(drop=True), pos[named]
+    categories, code_of_id = np.unique(np.array([found[i] for i in ids.tolist()], dtype=object), return_inverse=True)
+    df["name"] = pd.Categorical.from_codes(code_of_id[pos] if ids.size else pos, categories=categories)
+    return df[columns]
 
 
 def processes(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
