@@ -435,21 +435,67 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
     """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
     steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
     ``before_launch_ns``, ``after_sync_ns``, ``short_gap_ns`` and ``short_after_sync_ns`` (short gaps after a
-    sync), the same statistic restricted to those tags."""
+    sync), the same statistic restricted to those tags. Every device is grouped in one pass, then split."""
+    if gaps.empty:
+        return {}
+    ns = gaps["ns"].to_numpy()
+    tagged = gaps.assign(before_launch_ns=np.where(gaps["before_launch"], ns, 0),
+                         after_sync_ns=np.where(gaps["after_sync"], ns, 0), short_gap_ns=np.where(gaps["short_gap"], ns, 0),
+                         short_after_sync_ns=np.where(gaps["short_gap"] & gaps["after_sync"], ns, 0))
+    chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
+                          columns=[*DEVICE, "step"], dtype=np.int64)
+    has_steps = {(int(p), int(d)) for (p, d), steps in steady_steps.items() if steps}
+    device = pd.MultiIndex.from_frame(gaps[DEVICE])
+    stepped = device.isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
+    in_steps = pd.MultiIndex.from_frame(gaps[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))
+    parts = {True: _step_medians(tagged[in_steps], chosen), False: _capture_sums(tagged[~stepped])}
+    rows_of = {}
+    for key, part in parts.items():
+        part = part[part["ns"] > 0].sort_values([*DEVICE, "ns"], ascending=[True, True, False], kind="stable")
+        parts[key] = part.reset_index(drop=True)[SUMMARY_COLUMNS]
+        rows_of[key] = part.groupby(DEVICE, sort=False).indices if len(part) else {}
     out = {}
-    for (pid, dev), g in (gaps.groupby(["globalPid", "deviceId"]) if len(gaps) else []):
-        chosen = steady_steps.get((int(pid), int(dev)))
-        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0),
-                     short_gap_ns=g["ns"].where(g["short_gap"], 0),
-                     short_after_sync_ns=g["ns"].where(g["short_gap"] & g["after_sync"], 0))
-        values = SUMMARY_COLUMNS[2:]
-        if chosen:
-            per_step = g[g["step"].isin(chosen)].groupby(["cause_kind", "cause", "step"])[values].sum()
-            per_step = per_step.unstack("step", fill_value=0).reindex(columns=pd.MultiIndex.from_product(
-                [values, chosen]), fill_value=0)
-            frame = pd.DataFrame({v: per_step[v].median(axis=1) for v in values})
-        else:
-            frame = g.groupby(["cause_kind", "cause"])[values].sum()
-        frame = frame[frame["ns"] > 0].sort_values("ns", ascending=False).reset_index()
-        out[(int(pid), int(dev))] = frame[SUMMARY_COLUMNS]
+    for pid, dev in sorted(set(device.tolist())):
+        key = (int(pid), int(dev))
+        part, rows = parts[key in has_steps], rows_of[key in has_steps]
+        out[key] = part.iloc[rows[(pid, dev)]].reset_index(drop=True) if (pid, dev) in rows else part.iloc[:0]
     return out
+
+
+DEVICE = ["globalPid", "deviceId"]
+CAUSE = [*DEVICE, "cause_kind", "cause"]
+
+
+def _capture_sums(rows: pd.DataFrame) -> pd.DataFrame:
+    """Idle ns per (device, cause_kind, cause) over the whole capture (int64)."""
+    return rows.groupby(CAUSE)[SUMMARY_COLUMNS[2:]].sum().reset_index()
+
+
+def _step_medians(rows: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
+    """Per (device, cause_kind, cause): the median over its device's ``chosen`` steps of the per-step idle ns,
+    a step without that cause counting 0 (float64)."""
+    values = SUMMARY_COLUMNS[2:]
+    if rows.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in CAUSE[2:] else np.float64 if c in values else np.int64)
+                             for c in CAUSE + values})
+    sums = rows.groupby([*CAUSE, "step"])[values].sum().reset_index()  # sorted by cause, then step
+    group = sums.groupby(CAUSE, sort=False).ngroup().to_numpy()
+    keys = sums.drop_duplicates(CAUSE)[CAUSE].reset_index(drop=True)
+    steps_of = chosen.groupby(DEVICE).size()
+    n = steps_of.reindex(pd.MultiIndex.from_frame(keys[DEVICE])).to_numpy(np.int64)
+    return keys.assign(**{v: _median_padded_with_zeros(group, sums[v].to_numpy(), n) for v in values})
+
+
+def _median_padded_with_zeros(group: np.ndarray, values: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per group 0..G-1: the median of its ``values`` (>= 0) padded with zeros to n[g] values (n[g] at least
+    its count): the zeros sort first, so the k-th smallest is 0 below the padding, else the group's own."""
+    order = np.lexsort((values, group))
+    ordered = values[order]
+    count = np.bincount(group, minlength=n.size)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    zeros = n - count
+
+    def smallest(k: np.ndarray) -> np.ndarray:
+        j = k - zeros
+        return np.where(j >= 0, ordered[first + np.maximum(j, 0)], 0)
+    return (smallest((n - 1) // 2) + smallest(n // 2)) / 2

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 import nsysanalyze
-from nsysanalyze import intervals
+from nsysanalyze import attribution as A
+from nsysanalyze import intervals, metrics
 from conftest import fixture_trace, shared_trace
 
 REAL = ["h200/resnet18-baseline-nvtx.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite",
@@ -243,3 +244,49 @@ def test_first_call_steps_equal_a_lexsort():
         first = np.concatenate(([True], c[1:] != c[:-1]))
         got = _first_call_steps(corr, step)
         assert got[0].tolist() == c[first].tolist() and got[1].tolist() == s[first].tolist()
+
+
+def summary_one_device_at_a_time(gaps: pd.DataFrame, steady: dict) -> dict:
+    """Reference for attribution.summarize: each device's rows on their own, the steps' medians by pandas
+    over a (cause x step) table with absent steps filled with 0; ties in ns keep the causes' sorted order."""
+    values = A.SUMMARY_COLUMNS[2:]
+    out = {}
+    for (pid, dev), g in gaps.groupby(["globalPid", "deviceId"]):
+        chosen = steady.get((int(pid), int(dev)))
+        g = g.assign(before_launch_ns=g["ns"].where(g["before_launch"], 0), after_sync_ns=g["ns"].where(g["after_sync"], 0),
+                     short_gap_ns=g["ns"].where(g["short_gap"], 0),
+                     short_after_sync_ns=g["ns"].where(g["short_gap"] & g["after_sync"], 0))
+        if chosen:
+            per_step = g[g["step"].isin(chosen)].groupby(["cause_kind", "cause", "step"])[values].sum()
+            per_step = per_step.unstack("step", fill_value=0).reindex(
+                columns=pd.MultiIndex.from_product([values, chosen]), fill_value=0)
+            frame = pd.DataFrame({v: per_step[v].median(axis=1) for v in values})
+        else:
+            frame = g.groupby(["cause_kind", "cause"])[values].sum()
+        frame = frame[frame["ns"] > 0].sort_values("ns", ascending=False, kind="stable").reset_index()
+        out[(int(pid), int(dev))] = frame[A.SUMMARY_COLUMNS]
+    return out
+
+
+@pytest.mark.parametrize("variant", ["resnet18 (steps)", "2-GPU real", "5 processes", "capture only"])
+def test_gap_summary_equals_one_device_at_a_time(variant, tmp_path):
+    """summarize groups every device's gaps at once; the reference takes one device at a time."""
+    if variant == "2-GPU real":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    else:
+        src = fixture_trace("resnet18_baseline.sqlite")
+        path = spread(src, tmp_path, SPREAD_PROCESSES) if variant == "5 processes" else src
+    with nsysanalyze.Analysis(path) as a:
+        gaps, steps = a.gaps(), a.steps()
+    steady = {} if variant == "capture only" or steps.empty else {
+        (int(p), int(d)): sorted(g["step"].astype(int)) for (p, d), g in
+        metrics.steady_steps(steps).groupby(["globalPid", "deviceId"])}
+    if steady:  # one device with steps whose rows are all outside them: an empty median table
+        steady[next(iter(steady))] = [10 ** 6]
+    got, want = A.summarize(gaps, steady), summary_one_device_at_a_time(gaps, steady)
+    assert got.keys() == want.keys() and len(got) >= 1
+    for key in want:
+        if want[key].empty:  # (pandas infers the empty name columns' dtype its own way)
+            assert got[key].empty and list(got[key].columns) == list(want[key].columns)
+        else:
+            pd.testing.assert_frame_equal(got[key], want[key])
