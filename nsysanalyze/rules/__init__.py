@@ -150,9 +150,9 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     explained = sum(f.gain_ns for f in findings if f.rule in IDLE_RULES)
     if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty:
         return None
-    top = ev.gaps.head(3)
-    causes = "; ".join(f"{r.cause} ({r.cause_kind}, {r.ns / 1e6:.1f} ms)" for r in top.itertuples())
-    first = top.iloc[0]
+    top = ev.gaps.head(3).to_dict("records")  # the three largest causes, as plain rows
+    causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {r['ns'] / 1e6:.1f} ms)" for r in top)
+    first = top[0]
     what = {"nvtx_range": f"the host work inside '{first['cause']}'",
             "untraced": "host work that no traced call covers (Python/CPU code between GPU calls)",
             "cuda_blocking": f"the blocking {first['cause']} calls", "os_runtime": f"the {first['cause']} calls",
@@ -162,8 +162,8 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
         f"GPU idle {idle:.0%} of the {ev.per}; the GPU waited on: {causes}",
         confidence=0.5, gain_ns=idle_ns - explained,
         evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": idle_ns, "explained_by_findings_ns": explained,
-                  **{f"cause_{i + 1}": f"{r.cause_kind}: {r.cause}" for i, r in enumerate(top.itertuples())},
-                  **{f"cause_{i + 1}_ns": float(r.ns) for i, r in enumerate(top.itertuples())}},
+                  **{f"cause_{i + 1}": f"{r['cause_kind']}: {r['cause']}" for i, r in enumerate(top)},
+                  **{f"cause_{i + 1}_ns": float(r["ns"]) for i, r in enumerate(top)}},
         fix=f"Most of the GPU idle comes from {what[first['cause_kind']]}: take that work off the GPU's critical "
             "path (run it ahead of or beside the GPU work, in a background thread/process, or on the GPU).",
         snippet="")

@@ -101,9 +101,11 @@ OK_FIX = {
 def dataloader_workers(ev: Evidence) -> Finding | None:
     """GPU idle while the host prepares the step before launching it (loading the batch on the critical path)."""
     idle = ev.get("idle_fraction")
-    pre = ev.gaps[ev.gaps["cause_kind"].isin(HOST_WORK)] if not ev.gaps.empty else ev.gaps
+    if ev.per != "step" or idle < IDLE_HIGH or ev.gaps.empty:  # the cheap tests first: this runs per device
+        return None
+    pre = ev.gaps[ev.gaps["cause_kind"].isin(HOST_WORK)]
     pre_ns = float(pre["before_launch_ns"].sum()) if len(pre) else 0.0
-    if ev.per != "step" or idle < IDLE_HIGH or pre_ns < PRE_LAUNCH_SHARE * ev.window_ns:
+    if not pre_ns or pre_ns < PRE_LAUNCH_SHARE * ev.window_ns:
         return None
     top = pre.sort_values("before_launch_ns", ascending=False).iloc[0]
     where = {"nvtx_range": f"'{top['cause']}'", "untraced": "code no traced call covers (Python/CPU work)"}.get(
