@@ -431,6 +431,10 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
 SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns", "short_gap_ns", "short_after_sync_ns"]
 
 
+DEVICE = ["globalPid", "deviceId"]
+CAUSE = [*DEVICE, "cause_kind", "cause"]
+
+
 def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], pd.DataFrame]:
     """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
     steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
@@ -460,10 +464,6 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
         part, rows = parts[key in has_steps], rows_of[key in has_steps]
         out[key] = part.iloc[rows[(pid, dev)]].reset_index(drop=True) if (pid, dev) in rows else part.iloc[:0]
     return out
-
-
-DEVICE = ["globalPid", "deviceId"]
-CAUSE = [*DEVICE, "cause_kind", "cause"]
 
 
 def _capture_sums(rows: pd.DataFrame) -> pd.DataFrame:
