@@ -243,15 +243,13 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     by_name = np.argsort(head, kind="stable")
     names_sorted = head[by_name]
     same = names_sorted[1:] == names_sorted[:-1]
-    gaps = pd.DataFrame({"name": names_sorted[1:][same], "gap": np.diff(by_name)[same]})
-    stats = gaps.groupby("name")["gap"].agg(["min", "max", "median", "size"])
-    stats = stats[(stats["size"] >= MIN_REPEATS - 1) & (stats["median"] >= 2)
-                  & (stats["max"] - stats["min"] <= PERIOD_TOLERANCE * stats["median"])
-                  & (stats["median"] * (stats["size"] + 1) >= MIN_SPAN * m)]
-    if stats.empty:
+    name, low, high, median, size = _spacing_stats(names_sorted[1:][same], np.diff(by_name)[same])
+    regular = ((size >= MIN_REPEATS - 1) & (median >= 2) & (high - low <= PERIOD_TOLERANCE * median)
+               & (median * (size + 1) >= MIN_SPAN * m))
+    if not regular.any():
         return None
-    period = int(round(stats["median"].max()))
-    anchor = stats.index[stats["median"] >= period * (1 - PERIOD_TOLERANCE)].to_numpy()[0]
+    period = int(round(median[regular].max()))
+    anchor = name[regular][median[regular] >= period * (1 - PERIOD_TOLERANCE)][0]
     # the iteration boundary: the kernel at the offset from the anchor with the longest median GPU idle
     # before it (on the first PHASE_ITERATIONS iterations) — where the loop waits for its next input
     at = np.flatnonzero(seq == anchor)
@@ -262,6 +260,18 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     first = np.concatenate(([at[0] + phase - period], at + phase))  # one more boundary before the first anchor
     first = first[(first >= 0) & (first < n)]
     return period, np.minimum(_completion_before(t0, t1, first), t0[first])
+
+
+def _spacing_stats(name: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct ``name`` (rows grouped by name, names ascending): the name, min, max and median (float)
+    of its ``gap`` values and their number — numpy, not a pandas groupby (this runs once per device)."""
+    if name.size == 0:
+        return name, gap, gap, gap.astype(np.float64), gap
+    first = np.flatnonzero(np.concatenate(([True], name[1:] != name[:-1])))
+    size = np.diff(np.append(first, name.size))
+    ordered = gap[np.lexsort((gap, name))]
+    median = (ordered[first + (size - 1) // 2] + ordered[first + size // 2]) / 2
+    return name[first], ordered[first], ordered[first + size - 1], median, size
 
 
 def _completion_before(t0: np.ndarray, t1: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -280,19 +290,26 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     GPU idle before an iteration's first kernel is that iteration's); columns as :func:`project_steps`
     plus ``period_kernels``. CPU range = the window (every thread of the process)."""
     cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels"]
-    rows = []
+    names, starts, ends = (kernels[c].to_numpy() for c in ("nameId", "start", "end"))
+    parts = []  # per device with a period: (globalPid, deviceId, period, boundaries, first kernel start)
     for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
-        k = kernels if idx is None else kernels.iloc[idx]
-        found = kernel_period(k["nameId"].to_numpy(), k["start"].to_numpy(), k["end"].to_numpy())
-        if found is None:
-            continue
-        period, marks = found
-        a, b = marks[:-1], marks[1:]
-        closed = a > k["start"].min()  # a window opening at the capture's first kernel misses its wait: open
-        rows.append(pd.DataFrame({"globalPid": pid, "globalTid": -1, "step": np.arange(a.size), "name": "",
-                                  "cpu_start": a, "cpu_end": b, "deviceId": dev, "gpu_start": a, "gpu_end": b,
-                                  "window_start": a, "window_end": b, "closed": closed, "period_kernels": period}))
-    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+        mine = (names, starts, ends) if idx is None else (names[idx], starts[idx], ends[idx])
+        found = kernel_period(*mine)
+        if found is not None:
+            parts.append((pid, dev, found[0], found[1], int(mine[1].min())))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    steps = np.array([max(marks.size - 1, 0) for *_, marks, _ in parts])  # windows between boundaries
+    a = np.concatenate([marks[:-1] for *_, marks, _ in parts])
+    b = np.concatenate([marks[1:] for *_, marks, _ in parts])
+    first = np.repeat([p[4] for p in parts], steps)
+    out = pd.DataFrame({"globalPid": np.repeat([p[0] for p in parts], steps), "globalTid": -1,
+                        "step": np.arange(a.size) - np.repeat(np.cumsum(steps) - steps, steps), "name": "",
+                        "cpu_start": a, "cpu_end": b, "deviceId": np.repeat([p[1] for p in parts], steps),
+                        "gpu_start": a, "gpu_end": b, "window_start": a, "window_end": b,
+                        "closed": a > first,  # a window opening at the capture's first kernel misses its wait: open
+                        "period_kernels": np.repeat([p[2] for p in parts], steps)})
+    return out[cols]
 
 
 def is_loop_iteration(windows: pd.DataFrame, kernels: pd.DataFrame) -> bool:

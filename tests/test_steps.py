@@ -77,3 +77,17 @@ def test_completion_before_equals_the_running_maximum_of_ends():
         reference = np.concatenate(([t0[0]], np.maximum.accumulate(t1)[:-1]))
         for idx in (rng.integers(0, n, (4, 6)), np.array([0, 0, n - 1, n - 1])):
             assert (S._completion_before(t0, t1, idx) == reference[idx]).all()
+
+
+def test_spacing_stats_equal_a_pandas_groupby():
+    """kernel_period's per-name spacing statistics (numpy) equal pandas' groupby min/max/median/size
+    (random names and gaps built here; names repeat, some groups of one, even and odd sizes)."""
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 7, 3000):
+        name = np.sort(rng.integers(0, max(n // 3, 1), n))
+        gap = rng.integers(1, 50, n)
+        want = pd.DataFrame({"name": name, "gap": gap}).groupby("name")["gap"].agg(["min", "max", "median", "size"])
+        got_name, low, high, median, size = S._spacing_stats(name, gap)
+        assert got_name.tolist() == want.index.tolist()
+        assert low.tolist() == want["min"].tolist() and high.tolist() == want["max"].tolist()
+        assert median.tolist() == want["median"].tolist() and size.tolist() == want["size"].tolist()
