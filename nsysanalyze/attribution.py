@@ -39,7 +39,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, Coverage, group_indices, is_sorted, unique_sorted
+from .intervals import Coverage, group_indices, is_sorted, row_blocks, unique_sorted
 from .steps import group_name, rows_by_process
 from .trace.tables import pid_of
 
@@ -92,9 +92,7 @@ def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.nda
     keep = np.zeros(len(frame), dtype=bool)
     start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
     for pid, idx in rows_by_process(frame["globalTid"].to_numpy(), of_tid=True):
-        n = len(frame) if idx is None else idx.size
-        for lo in range(0, n, BLOCK):
-            r = slice(lo, lo + BLOCK) if idx is None else idx[lo:lo + BLOCK]  # every row: slices, no index array
+        for r in row_blocks(len(frame), idx):
             s, e = start[r], end[r]
             for idle_s, idle_e in devices.get(int(pid), []):
                 if idle_s.size == 0:
@@ -163,8 +161,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
 def _count_per_thread(tid: np.ndarray, mask: np.ndarray) -> pd.Series:
     """Rows per globalTid among the ``mask``ed ones, most first (ties in order of first appearance),
     counted a block of rows at a time (no copy of the masked tids)."""
-    blocks = [pd.Series(tid[lo:lo + BLOCK][mask[lo:lo + BLOCK]]).value_counts(sort=False)
-              for lo in range(0, tid.size, BLOCK)]
+    blocks = [pd.Series(tid[b][mask[b]]).value_counts(sort=False) for b in row_blocks(tid.size)]
     counts = pd.concat(blocks).groupby(level=0, sort=False).sum() if blocks else pd.Series([], dtype=np.int64)
     return counts.sort_values(ascending=False, kind="stable")
 
@@ -448,7 +445,7 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
                          short_after_sync_ns=np.where(gaps["short_gap"] & gaps["after_sync"], ns, 0))
     chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
                           columns=[*DEVICE, "step"], dtype=np.int64)
-    has_steps = {(int(p), int(d)) for (p, d), steps in steady_steps.items() if steps}
+    has_steps = set(zip(chosen["globalPid"].tolist(), chosen["deviceId"].tolist()))  # devices with chosen steps
     device = pd.MultiIndex.from_frame(gaps[DEVICE])
     stepped = device.isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
     in_steps = pd.MultiIndex.from_frame(gaps[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))

@@ -20,6 +20,14 @@ BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporar
 STACK_LIMIT = 1 << 62
 
 
+def row_blocks(n: int, rows: np.ndarray | None = None):
+    """Row selectors a BLOCK at a time: slices of the ``n`` rows when ``rows`` is None (no index array),
+    else pieces of ``rows`` (bounds the temporaries of a per-row computation)."""
+    if rows is None:
+        return (slice(lo, lo + BLOCK) for lo in range(0, n, BLOCK))
+    return (rows[lo:lo + BLOCK] for lo in range(0, rows.size, BLOCK))
+
+
 def lanes_per_batch(stride: int, top: int = 0) -> int:
     """How many lanes ``stride`` ns wide fit side by side (shifted times stay below STACK_LIMIT when the
     unshifted ones are at most ``top``); at least one."""

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, group_codes, group_indices
+from .intervals import group_codes, group_indices, row_blocks
 from .metrics import steady_steps
 
 KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
@@ -64,8 +64,8 @@ def _sums_in_steps(code: np.ndarray, start: np.ndarray, end: np.ndarray, in_step
     """Per group code: kernel ns (end - start) and launches of the kernels ``in_step``, as floats, summed
     a block of kernels at a time (bounded temporaries; exact while a group's ns stay below 2**53)."""
     ns, launches = np.zeros(groups), np.zeros(groups)
-    for lo in range(0, code.size, BLOCK):
-        block, inside = slice(lo, lo + BLOCK), in_step[lo:lo + BLOCK]
+    for block in row_blocks(code.size):
+        inside = in_step[block]
         ns += np.bincount(code[block], weights=np.where(inside, end[block] - start[block], 0), minlength=groups)
         launches += np.bincount(code[block], weights=inside, minlength=groups)
     return ns, launches
@@ -79,8 +79,8 @@ def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.nd
     if groups * span < 1 << 62:  # in place: no array of the kernels' size besides code and dur
         keyed = dur
         keyed -= low
-        for lo in range(0, keyed.size, BLOCK):
-            keyed[lo:lo + BLOCK] += code[lo:lo + BLOCK] * span
+        for block in row_blocks(keyed.size):
+            keyed[block] += code[block] * span
         keyed.sort(kind="stable")
         np.remainder(keyed, span, out=keyed)
         keyed += low
@@ -100,9 +100,7 @@ def in_windows(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
             continue
         w = w.sort_values("window_start")
         starts, ends = w["window_start"].to_numpy(), w["window_end"].to_numpy()
-        n = start.size if rows is None else rows.size
-        for lo in range(0, n, BLOCK):  # a block of kernels at a time: bounded temporaries
-            at = slice(lo, lo + BLOCK) if rows is None else rows[lo:lo + BLOCK]
+        for at in row_blocks(start.size, rows):  # a block of kernels at a time: bounded temporaries
             t = start[at]
             i = np.searchsorted(starts, t, side="right") - 1
             inside[at] = (i >= 0) & (t < ends[np.clip(i, 0, None)])

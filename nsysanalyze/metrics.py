@@ -241,9 +241,7 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     kern = Coverage(ks, ke)
     kernel_ns, copy_ns = kern.within(a, b), copy_or_set.within(a, b)
     kernel_copy = intersection_within(kern, copy_or_set, a, b)
-    hidden = {"memcpy_hidden_ns": intersection_within(copies, kern, a, b),
-              "htod_hidden_ns": intersection_within(htod_cov, kern, a, b),
-              "dtoh_hidden_ns": intersection_within(dtoh_cov, kern, a, b)}
+    memcpy_hidden, htod_hidden, dtoh_hidden = (intersection_within(c, kern, a, b) for c in (copies, htod_cov, dtoh_cov))
     no_nccl, all_nccl = not is_nccl.any(), bool(is_nccl.all())
     if not (no_nccl or all_nccl):
         del kern
@@ -273,10 +271,10 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "kernel_count": count_in_windows(ks, a, b),
         "kernel_sum_ns": sum_in_windows(ks, ke - ks, a, b),
         "memcpy_ns": copies.within(a, b),
-        "memcpy_hidden_ns": hidden["memcpy_hidden_ns"],
+        "memcpy_hidden_ns": memcpy_hidden,
         "memset_ns": sets.within(a, b),
         "htod_ns": htod_cov.within(a, b),
-        "htod_hidden_ns": hidden["htod_hidden_ns"],
+        "htod_hidden_ns": htod_hidden,
         "htod_count": copy_sum(htod, ones_m),
         "htod_bytes": copy_sum(htod, m_bytes),
         "htod_pageable_bytes": copy_sum(htod & (src == MEM_PAGEABLE), m_bytes),
@@ -287,7 +285,7 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "dtoh_bytes": copy_sum(dtoh, m_bytes),
         "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
         "dtoh_ns": dtoh_cov.within(a, b),
-        "dtoh_hidden_ns": hidden["dtoh_hidden_ns"],
+        "dtoh_hidden_ns": dtoh_hidden,
         "dtod_count": copy_sum(dtod, ones_m),
         "dtod_bytes": copy_sum(dtod, m_bytes),
         "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),

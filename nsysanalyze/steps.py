@@ -299,16 +299,15 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
             parts.append((pid, dev, found[0], found[1], int(mine[1].min())))
     if not parts:
         return pd.DataFrame(columns=cols)
-    steps = np.array([max(marks.size - 1, 0) for *_, marks, _ in parts])  # windows between boundaries
-    a = np.concatenate([marks[:-1] for *_, marks, _ in parts])
-    b = np.concatenate([marks[1:] for *_, marks, _ in parts])
-    first = np.repeat([p[4] for p in parts], steps)
-    out = pd.DataFrame({"globalPid": np.repeat([p[0] for p in parts], steps), "globalTid": -1,
+    pids, devs, periods, marks, firsts = zip(*parts)
+    steps = np.array([max(m.size - 1, 0) for m in marks])  # windows between boundaries, per device
+    a, b = np.concatenate([m[:-1] for m in marks]), np.concatenate([m[1:] for m in marks])
+    out = pd.DataFrame({"globalPid": np.repeat(pids, steps), "globalTid": -1,
                         "step": np.arange(a.size) - np.repeat(np.cumsum(steps) - steps, steps), "name": "",
-                        "cpu_start": a, "cpu_end": b, "deviceId": np.repeat([p[1] for p in parts], steps),
+                        "cpu_start": a, "cpu_end": b, "deviceId": np.repeat(devs, steps),
                         "gpu_start": a, "gpu_end": b, "window_start": a, "window_end": b,
-                        "closed": a > first,  # a window opening at the capture's first kernel misses its wait: open
-                        "period_kernels": np.repeat([p[2] for p in parts], steps)})
+                        # a window opening at the capture's first kernel misses its wait: open
+                        "closed": a > np.repeat(firsts, steps), "period_kernels": np.repeat(periods, steps)})
     return out[cols]
 
 
