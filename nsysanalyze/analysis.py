@@ -5,6 +5,9 @@
     >>> a.summary()      # one row per (process, device): whole-capture metrics + per-step medians
     >>> a.steps()        # one row per (step, device)
     >>> a.findings()     # ranked list of Finding
+    >>> a.ledger()       # every window's ns by busy class and idle cause
+
+The report dict (the JSON contract) is the renderers' business: ``nsysanalyze.render.contract.report(a)``.
 """
 from __future__ import annotations
 
@@ -20,16 +23,15 @@ import pandas as pd
 from . import attribution as A
 from . import framework as F
 from . import kernels as K
+from . import ledger as L
 from . import metrics as M
 from . import steps as S
 from .errors import InputError
 from .memory import release_freed_memory
-from .rules import Evidence, Finding, diagnose
+from .rules import Diagnosis, Evidence, Finding, diagnose_devices, order
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
 from .trace.tables import pid_of
-
-FORMAT_VERSION = 2  # 2: trace.framework/step_source, gaps, NCCL by kind, alloc/async_copy metrics
 
 
 @dataclass
@@ -224,7 +226,8 @@ class Analysis:
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
         del idle
-        return pd.concat([gpu, cpu, gaps], axis=1)
+        self.__dict__["_busy_classes"] = gpu[L.BUSY_COLUMNS]  # the ledger's busy rows (not step/summary columns)
+        return pd.concat([gpu.drop(columns=L.BUSY_COLUMNS), cpu, gaps], axis=1)
 
     def _aggregate_kernels(self, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         """The per-kernel table (nsysanalyze.kernels) of the loaded kernels, by demangled name."""
@@ -254,6 +257,21 @@ class Analysis:
     def _munmap(self) -> pd.DataFrame:
         o = self._osrt
         return o[o["name"] == "munmap"]
+
+    @cached_property
+    def _ledger_rows(self) -> pd.DataFrame:
+        """Every window's ledger (nsysanalyze.ledger.window_rows): steps first, then the capture windows."""
+        self._window_metric_columns  # noqa: B018 (made in the same pass as _busy_classes and _gaps)
+        n = len(self._step_windows)
+        busy = self._busy_classes.reset_index(drop=True)
+        steps = pd.concat([self._step_windows.reset_index(drop=True), busy.iloc[:n]], axis=1) if n else self._step_windows
+        capture = pd.concat([self._capture_windows.reset_index(drop=True), busy.iloc[n:].reset_index(drop=True)], axis=1)
+        return L.window_rows(steps, capture if len(self._capture_windows) else capture.iloc[:0], self._gaps)
+
+    def ledger(self) -> pd.DataFrame:
+        """The ledger of every window: per (globalPid, deviceId, window 'step'/'capture', step) its busy rows
+        by class and idle rows by cause, summing to the window's length (nsysanalyze.ledger)."""
+        return self._ledger_rows.copy()
 
     def gaps(self) -> pd.DataFrame:
         """Idle-gap attribution: GPU idle ns per (globalPid, deviceId, step, cause_kind, cause, before_launch)
@@ -305,6 +323,8 @@ class Analysis:
         steady_ids = {(int(p), int(d)): sorted(g["step"].astype(int)) for (p, d), g in
                       steady.groupby(["globalPid", "deviceId"])} if not steady.empty else {}
         gaps = A.summarize(self.gaps(), steady_ids)
+        ledgers = L.scope_rows(self._ledger_rows, steady_ids)
+        coverage = self._step_coverage
         gpu_names = dict(zip(self.trace.gpus["deviceId"], self.trace.gpus["name"])) if not self.trace.gpus.empty else {}
         # rows grouped once (not one mask per device): linear in devices and processes
         step_rows = steps.groupby(["globalPid", "deviceId"]).indices if not steps.empty else {}
@@ -325,10 +345,24 @@ class Analysis:
                 m, scope = row.to_dict(), "capture"
             facts = dict(facts_all)
             facts.update(self._device_facts(pid, dev))
+            facts["confidence_factor"] = confidence_factor(self._step_choice.source, len(steady_ids.get((pid, dev), [])),
+                                                           coverage.get((pid, dev), 0.0), scope)
             out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
                                 facts=facts, gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
-                                framework=self.framework.name, gpu_name=gpu_names.get(dev, "")))
+                                framework=self.framework.name, gpu_name=gpu_names.get(dev, ""),
+                                ledger=L.Ledger.of(ledgers.get((pid, dev), L.EMPTY_ROWS), m)))
         return out
+
+    @cached_property
+    def _step_coverage(self) -> dict[tuple[int, int], float]:
+        """(globalPid, deviceId) -> share of its capture window that its step windows cover."""
+        steps, capture = self._step_windows, self._capture_windows
+        if steps.empty or capture.empty:
+            return {}
+        covered = (steps["window_end"] - steps["window_start"]).groupby([steps["globalPid"], steps["deviceId"]]).sum()
+        whole = (capture["window_end"] - capture["window_start"]).groupby([capture["globalPid"], capture["deviceId"]]).sum()
+        share = (covered / whole).dropna()
+        return {(int(p), int(d)): float(v) for (p, d), v in share.items()}
 
     def _facts(self) -> dict[str, float]:
         """Trace-wide facts the rules use (process/device counts, NCCL NVTX ranges, OSRT captured or not)."""
@@ -353,11 +387,17 @@ class Analysis:
         return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan")))}
 
     def findings(self) -> list[Finding]:
-        return list(self._findings)
+        """Every device's findings, largest gain first."""
+        return order([f for d in self._diagnoses for f in d.findings])
+
+    def diagnoses(self) -> list[Diagnosis]:
+        """Per device: its findings, its ledger with the rows each finding claimed, and the window after all
+        proposed fixes together (rules.Diagnosis)."""
+        return list(self._diagnoses)
 
     @cached_property
-    def _findings(self) -> list[Finding]:
-        return diagnose(self.evidence())
+    def _diagnoses(self) -> list[Diagnosis]:
+        return diagnose_devices(self.evidence())
 
     # ---- header and notes -----------------------------------------------------------
     @cached_property
@@ -431,13 +471,6 @@ class Analysis:
                          "--trace=cuda,nvtx,osrt).")
         return notes
 
-    # ---- everything, as plain data --------------------------------------------------
-    def to_dict(self) -> dict:
-        """The JSON contract (docs/json.md): built by :func:`nsysanalyze.render.contract.report`."""
-        from .render.contract import report
-
-        return report(self)
-
     def where_gpu_waited(self) -> pd.DataFrame:
         """Per (process, device): the idle-gap attribution the rules read — GPU idle ns per cause (median per
         steady step, or whole capture without steps), with the parts before the step's first launch, after
@@ -447,6 +480,17 @@ class Analysis:
         rows = [ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope) for ev in self.evidence()]
         cols = ["globalPid", "deviceId", "scope", *A.SUMMARY_COLUMNS]
         return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
+def confidence_factor(step_source: str | None, steady: int, coverage: float, scope: str) -> float:
+    """How far a device's window can be trusted (multiplies each finding's confidence; rules/__init__.py):
+    ×0.8 for inferred steps, ×0.8 for a capture without steps, ×0.85 with 2 steady steps, ×0.7 with one,
+    ×max(0.4, coverage / 0.5) when the steps cover less than half of the capture."""
+    factor = 0.8 if step_source == "inferred" else 1.0
+    if scope == "capture":
+        return factor * 0.8
+    factor *= 0.7 if steady <= 1 else 0.85 if steady == 2 else 1.0
+    return factor * (max(0.4, coverage / 0.5) if coverage < 0.5 else 1.0)
 
 
 # Host<->device copy metrics the rules read per step from the whole capture (total / steps):
@@ -478,11 +522,6 @@ def run(path: str | os.PathLike, work, step_range: str | None = None):
         if os.environ.get("NSYSANALYZE_DEBUG"):
             raise
         raise InputError(f"{path}: cannot analyze this export ({type(e).__name__}: {e})") from None
-
-
-def report(path: str | os.PathLike, step_range: str | None = None) -> dict:
-    """The whole pipeline on one export → its report dict (``Analysis.to_dict``); errors as :func:`run`."""
-    return run(path, Analysis.to_dict, step_range)
 
 
 def open(path: str | os.PathLike, step_range: str | None = None) -> Analysis:  # noqa: A001 (mirrors builtins.open)

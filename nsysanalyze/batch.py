@@ -1,7 +1,7 @@
 """Analyze many exports at once (one per rank): a local process pool or a Dask cluster.
 
 Each worker runs the whole pipeline on one file and returns its report dict
-(``Analysis.to_dict()``); reports come back in the order of the paths.
+(``render.contract.report``); reports come back in the order of the paths.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .outputs import exit_on_sigterm
 
 def analyze_job(path: str, step_range: str | None, reader_threads: int | None = None) -> dict:
     """One export -> its report dict; run in a worker (``reader_threads``: SQLite reader threads it may use)."""
-    from .analysis import report
+    from .render.contract import report_of as report
     from .trace import tables
 
     if reader_threads:

@@ -36,8 +36,8 @@ def example_path() -> Path:
 
 
 def analyze(path: str | os.PathLike, step_range: str | None) -> dict:
-    """The whole pipeline on one file (analysis.report, imported on use: the CLI starts without pandas)."""
-    from .analysis import report
+    """The whole pipeline on one file (render.contract.report_of, imported on use: the CLI starts without pandas)."""
+    from .render.contract import report_of as report
 
     return report(path, step_range)
 

@@ -1,4 +1,4 @@
-"""Compare two analyses (report dicts, see ``Analysis.to_dict``) and evaluate CI gates.
+"""Compare two analyses (report dicts, see ``render.contract.report``) and evaluate CI gates.
 
 Pure functions: no SQL, no formatting. A metric has two values per trace (ns, bytes, counts,
 fractions in [0, 1]):

@@ -28,6 +28,10 @@ clipped to the window; counts and bytes are attributed by activity start):
   N = NCCL kernels, C = memcpys ∪ memsets: time_compute_only_ns = |X - N - C|,
   time_copy_hidden_ns = |C ∩ (X ∪ N)|, time_copy_exposed_ns = |C - X - N|,
   time_nccl_overlapped_ns = |X ∩ N - C|, time_nccl_exposed_ns = |N - X - C|, and idle_ns
+- busy_<class>_ns (BUSY_CLASSES): the busy time split by what the GPU did, each ns once, in that order
+  of precedence: compute (non-NCCL kernels), NCCL kernels beyond compute, then each copy class beyond
+  kernels and the classes before it, then memsets; they sum to busy_ns (the ledger's busy rows)
+- um_* (copyKind 11-13, unified-memory migrations): bytes, count, ns
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ import pandas as pd
 
 from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
                         lanes_per_batch, sum_in_windows, union_of)
-from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, MEM_PAGEABLE, MEM_PINNED
+from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
 API_PATTERNS = {
@@ -53,6 +57,10 @@ API_PATTERNS = {
                         r"(_v\d+)?$"),
 }
 
+
+# The ledger's busy classes, in precedence order (metrics' busy_<class>_ns): copy classes name (copyKind, memory)
+BUSY_CLASSES = ["compute", "nccl", "htod_pageable", "htod_pinned", "dtoh_pageable", "dtoh_pinned", "dtod", "ptop",
+                "unified", "other_copy", "memset"]
 
 NCCL_KINDS = ["allreduce", "reducescatter", "allgather", "broadcast", "reduce", "sendrecv", "alltoall"]
 
@@ -246,6 +254,12 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     if not (no_nccl or all_nccl):
         del kern
     busy_ns = kernel_ns + copy_ns - kernel_copy
+    unified = np.isin(kind, COPY_UNIFIED)
+    busy_of = _busy_partition(kern, ms, me, {
+        "htod_pageable": htod & (src == MEM_PAGEABLE), "htod_pinned": htod & (src != MEM_PAGEABLE),
+        "dtoh_pageable": dtoh & (dst == MEM_PAGEABLE), "dtoh_pinned": dtoh & (dst != MEM_PAGEABLE),
+        "dtod": dtod, "ptop": ptop, "unified": unified, "other_copy": ~(htod | dtoh | dtod | ptop | unified)},
+        kernel_ns, busy_ns, a, b)
     compute = kern if no_nccl else EMPTY if all_nccl else Coverage(ks[~is_nccl], ke[~is_nccl])
     compute_ns = kernel_ns if no_nccl else compute.within(a, b)
     compute_copy = kernel_copy if no_nccl else intersection_within(compute, copy_or_set, a, b)
@@ -292,6 +306,9 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "ptop_count": copy_sum(ptop, ones_m),
         "ptop_bytes": copy_sum(ptop, m_bytes),
         "ptop_ns": _masked(copies, ms, me, ptop).within(a, b),
+        "um_count": copy_sum(unified, ones_m),
+        "um_bytes": copy_sum(unified, m_bytes),
+        "um_ns": _masked(copies, ms, me, unified).within(a, b),
         "nccl_count": count_in_windows(ks[is_nccl], a, b),
         "nccl_ns": nccl_ns,
         # |NCCL - compute| = |kernels| - |compute|, since kernels = NCCL ∪ compute
@@ -303,7 +320,29 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "time_nccl_overlapped_ns": (compute_ns + copy_ns - compute_copy) + (nccl_ns + copy_ns - nccl_copy) - copy_ns - busy_ns,
         "time_nccl_exposed_ns": busy_ns - (compute_ns + copy_ns - compute_copy),
         **per_kind,
+        "busy_compute_ns": compute_ns,
+        "busy_nccl_ns": kernel_ns - compute_ns,
+        **busy_of,
     }
+
+
+def _busy_partition(kern: Coverage, ms: np.ndarray, me: np.ndarray, classes: dict[str, np.ndarray],
+                    kernel_ns: np.ndarray, busy_ns: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """busy_<class>_ns of each copy class (``classes``: name -> mask of the copies, in precedence order) and
+    of memsets: the ns each adds to the union of the kernels and the classes before it, inside [a, b).
+    |K ∪ P| = |K| + |P| - |K ∩ P| for each prefix P of the copy classes (copies are few: each prefix's union
+    and its intersection with the kernels cost O(copies log kernels))."""
+    out, covered, chosen = {}, kernel_ns, np.zeros(ms.size, dtype=bool)
+    for name, mask in classes.items():
+        if not mask.any():
+            out[f"busy_{name}_ns"] = np.zeros_like(kernel_ns)
+            continue
+        chosen |= mask
+        prefix = Coverage(ms[chosen], me[chosen])
+        upto = kernel_ns + prefix.within(a, b) - intersection_within(kern, prefix, a, b)
+        out[f"busy_{name}_ns"], covered = upto - covered, upto
+    out["busy_memset_ns"] = busy_ns - covered
+    return out
 
 
 def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataFrame,

@@ -1,4 +1,4 @@
-"""Cross-rank view: pure functions over report dicts (``Analysis.to_dict()``), no SQL, no formatting.
+"""Cross-rank view: pure functions over report dicts (``render.contract.report``), no SQL, no formatting.
 
 A *rank* is one (process, GPU) of one report: a file per rank (``-o run_%q{RANK}``) gives one
 rank per report, a file holding several processes (torchrun under one nsys) gives one per

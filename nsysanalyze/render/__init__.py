@@ -1,1 +1,1 @@
-"""Renderers: format the report dict (``Analysis.to_dict()``) and never compute metrics."""
+"""Renderers: format the report dict (``render.contract.report``) and never compute metrics."""

@@ -13,8 +13,12 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from ..analysis import FORMAT_VERSION
+from ..analysis import run
 from ..metrics import SUMMARY_MEDIAN_COLUMNS
+
+# 3: the per-device ledger (rows claimed by findings, the combined estimate), findings' claimed rows and
+#    bound terms, um_* metrics; 2: trace.framework/step_source, gaps, NCCL by kind, alloc/async_copy metrics
+FORMAT_VERSION = 3
 
 OSRT_METRICS = ["munmap_count", "munmap_ns", "munmap_gpu_idle_ns", "step_median_munmap_gpu_idle_ns"]
 RUNTIME_METRICS = ["launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns"]
@@ -79,8 +83,23 @@ def kernel_records(analysis) -> list[dict]:
     return records(kernel_table(analysis))
 
 
+def ledger_records(analysis) -> list[dict]:
+    """Per device: its ledger at the findings' scope — rows (kind, what, cause, tags, ns, claimed_by: the
+    finding's rule or null), window, GPU busy and host work — and the window after all proposed fixes."""
+    out = []
+    for d in analysis.diagnoses():
+        ev, led, comb = d.evidence, d.ledger, d.combined
+        rows = led.rows.assign(claimed_by=[c or None for c in led.claimed])
+        out.append({"globalPid": ev.globalPid, "deviceId": ev.deviceId, "scope": ev.scope,
+                    "window_ns": led.window_ns, "busy_ns": led.busy_ns, "host_work_ns": led.host_work_ns,
+                    "after_fixes_ns": comb["after_fixes_ns"], "combined_gain_ns": comb["gain_ns"],
+                    "rows": records(rows)})
+    return out
+
+
 def report(analysis) -> dict:
-    """The report of one analysis: format_version, trace, notes, summary, steps, subranges, gaps, findings, kernels."""
+    """The report of one analysis: format_version, trace, notes, summary, steps, subranges, gaps, ledger,
+    findings, kernels."""
     info = asdict(analysis.info)
     return {
         "format_version": FORMAT_VERSION,
@@ -90,6 +109,12 @@ def report(analysis) -> dict:
         "steps": records(uncaptured(analysis.steps(), analysis.trace.schema)),
         "subranges": records(analysis.subranges()),
         "gaps": records(analysis.where_gpu_waited()),
+        "ledger": ledger_records(analysis),
         "findings": [f.to_dict() for f in analysis.findings()],
         "kernels": kernel_records(analysis),
     }
+
+
+def report_of(path, step_range: str | None = None) -> dict:
+    """The whole pipeline on one export → its report dict; errors as :func:`nsysanalyze.analysis.run`."""
+    return run(path, report, step_range)

@@ -1,15 +1,25 @@
 """Diagnosis: rules are pure functions from one device's :class:`Evidence` to a :class:`Finding`.
 
 Each rule module holds one family (input pipeline, DDP, launch overhead). ``diagnose`` runs
-them all and orders findings by estimated gain (an upper bound: the time the fix could remove
-at most), largest first; informational findings (gain 0) come last.
+them in order of precedence (:func:`all_rules`: the most specific cause first) on each device's
+ledger (nsysanalyze.ledger): each finding claims the ledger rows its fix removes, a claimed row is
+no longer there for the rules after it, and a finding's gain is its what-if bound (the time the fix
+could remove at most). Findings are ordered by gain, largest first; informational ones (gain 0) last.
+
+Confidence is the rule's own, times how much the window can be trusted (``confidence_factor``):
+×0.8 for steps inferred from the kernel sequence, ×0.8 for a capture analyzed as one window (no
+steps: a one-shot program or no step ranges), ×0.85 with 2 steady steps and ×0.7 with one, and ×(steps'
+share of the capture / 0.5), at least 0.4, when the steps cover less than half of the capture.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
+import numpy as np
 import pandas as pd
+
+from ..ledger import EMPTY_ROWS, Ledger, WhatIf, combined
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -39,6 +49,7 @@ class Evidence:
          "short_after_sync_ns": []}))
     framework: str = "unknown"
     gpu_name: str = ""
+    ledger: Ledger = field(default_factory=lambda: Ledger(EMPTY_ROWS, 0.0, 0.0, 0.0))
 
     @property
     def window_ns(self) -> float:
@@ -48,29 +59,6 @@ class Evidence:
     def per(self) -> str:
         """What the numbers are per: 'step' (medians) or 'capture' (whole-capture totals)."""
         return "step" if self.scope == "step median" else "capture"
-
-    def idle_by(self, kinds: tuple[str, ...] = (), causes: tuple[str, ...] = (), tag: str = "ns") -> float:
-        """Attributed GPU idle ns whose cause_kind is in ``kinds`` or whose cause matches a regex in ``causes``;
-        ``tag`` (a column of ``gaps``: 'before_launch_ns', 'after_sync_ns', ...) restricts it to idle so tagged."""
-        g = self.gaps
-        if g.empty:
-            return 0.0
-        mask = g["cause_kind"].isin(kinds)
-        for pattern in causes:
-            mask |= g["cause"].str.fullmatch(pattern)
-        return float(g.loc[mask, tag].sum())
-
-    @property
-    def after_sync_idle_ns(self) -> float:
-        """GPU idle after host syncs, except where the host is in an OS call (munmap, write, a wait: those
-        are causes of their own): without the sync the host's later work would overlap queued GPU work."""
-        return self.idle_by(kinds=("untraced", "launch", "cuda_blocking", "nvtx_range"), tag="after_sync_ns")
-
-    @property
-    def free_short_gap_ns(self) -> float:
-        """GPU idle in short gaps (attribution.SHORT_GAP_NS) that no host sync explains: launch overhead."""
-        g = self.gaps
-        return float(g["short_gap_ns"].sum() - g["short_after_sync_ns"].sum()) if not g.empty else 0.0
 
     def get(self, name: str, default: float = 0.0) -> float:
         v = self.m.get(name)
@@ -93,9 +81,13 @@ class Finding:
     globalPid: int = 0
     deviceId: int = 0
     scope: str = "step median"
+    claimed: list[int] = field(default_factory=list)  # positions of the ledger rows this finding claims
+    what_if: WhatIf | None = None                      # the bound of its gain (None: nothing to gain)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("what_if")
+        return out
 
 
 Rule = Callable[[Evidence], "Finding | None"]
@@ -107,50 +99,116 @@ def megabytes(n: float) -> str:
     return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
 
 
+# Busy classes a rule's fix takes off the GPU's critical path when the rule names no rows of its own
+# (nsysanalyze.metrics.BUSY_CLASSES): its gain is then at most those rows.
+BUSY_CLAIMS = {"ddp-single-gpu": ("dtod",), "gradient-as-bucket-view": ("dtod",), "ddp-bucket-overlap": ("nccl",),
+               "ddp-static-graph": ("nccl",), "grad-compression": ("nccl",), "pipeline-p2p": ("nccl",),
+               "fsdp-collectives": ("nccl",), "allreduce-overlap": ("nccl",), "alltoall-note": ("nccl",)}
+
+
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,
-                 evidence: dict, fix: str, snippet: str, severity: str | None = None) -> Finding:
-    """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low)."""
+                 evidence: dict, fix: str, snippet: str, severity: str | None = None,
+                 claim: np.ndarray | None = None, what_if: WhatIf | None = None) -> Finding:
+    """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low).
+
+    ``claim`` (a mask of ``ev.ledger``'s rows) and ``what_if`` (its bound) come from the rule; without
+    them the rule's ``gain_ns`` estimate claims the rows of its BUSY_CLAIMS classes and is bounded by
+    them and by the two-resource model. The gain is the bound's; its terms join the evidence."""
+    ledger = ev.ledger
+    if what_if is None and gain_ns > 0:
+        claim = ledger.busy(*BUSY_CLAIMS.get(rule, ()))
+        taken = min(float(gain_ns), ledger.ns(claim)) if len(ledger.rows) else float(gain_ns)
+        what_if = ledger.what_if(taken, busy_removed_ns=taken)
+    if what_if is not None:
+        gain_ns = what_if.gain_ns
+        evidence = {**evidence, **what_if.terms()}
     gain_ns = max(0.0, min(float(gain_ns), ev.window_ns)) if ev.window_ns else max(0.0, float(gain_ns))
     pct = 100.0 * gain_ns / ev.window_ns if ev.window_ns else 0.0
     if severity is None:
         severity = "high" if pct >= 20 else "medium" if pct >= 5 else "low"
+    claimed = np.flatnonzero(claim & ledger.free).tolist() if claim is not None and claim.size else []
     return Finding(rule=rule, title=title, severity=severity, confidence=round(confidence, 2), gain_ns=gain_ns,
                    gain_pct=round(pct, 1), evidence=evidence, fix=fix, snippet=snippet.strip("\n"),
-                   globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope)
+                   globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope, claimed=claimed, what_if=what_if)
 
 
 def all_rules() -> list[Rule]:
+    """Every rule in order of precedence: a ledger row goes to the first rule that claims it. The most
+    specific cause first: pinning (idle in blocking copy calls and munmap, the pageable copies), then the
+    loader (host work before the step's first launch), copies back and host syncs (idle in and after
+    syncs), launch overhead (short gaps no sync explains), copy overlap (pinned copies not hidden), and
+    the DDP and collective rules (device-to-device copies, exposed NCCL)."""
     from . import collectives, ddp, host_sync, input_pipeline, launch
-    return [*input_pipeline.RULES, *host_sync.RULES, *launch.RULES, *ddp.RULES, *collectives.RULES]
+    ip = input_pipeline
+    return [ip.pin_memory, ip.dataloader_workers, *host_sync.RULES, *launch.RULES, ip.copy_compute_overlap,
+            ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES]
 
 
-# Rules whose gain is GPU idle they explain (the others remove busy time: copies, exposed NCCL)
-IDLE_RULES = {"dataloader-workers", "pin-memory", "launch-bound", "dtoh-sync", "host-sync"}
 UNEXPLAINED_IDLE = 0.20   # GPU idle share of the step that must be explained
 SIGNIFICANT_PCT = 5.0     # a finding this large (% of the step) silences input-pipeline-ok
 EXPLAINED_SHARE = 0.5     # ...at least this share of it by the idle rules' findings
 
 
-def diagnose(evidence: list[Evidence]) -> list[Finding]:
-    """Run every rule on every device, then ``gpu-idle-unexplained`` where the GPU idles ≥ 20% of the
-    step and the findings explain less than half of that idle; order by gain (desc), then severity."""
-    findings = []
-    for ev in evidence:
-        mine = [f for rule in all_rules() if (f := rule(ev)) is not None]
-        mine += [f for f in [unexplained_idle(ev, mine)] if f is not None]
-        if any(f.gain_pct >= SIGNIFICANT_PCT for f in mine):  # "nothing to fix here" only when nothing else is big
-            mine = [f for f in mine if f.rule != "input-pipeline-ok"]
-        findings += mine
+@dataclass
+class Diagnosis:
+    """One device's findings, its ledger with the rows each finding claimed, and the window after all of
+    the proposed fixes together (``combined``: nsysanalyze.ledger.combined)."""
+
+    evidence: Evidence
+    findings: list[Finding]
+    ledger: Ledger
+    combined: dict[str, float]
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    """Largest gain first, then severity, then rule id."""
     return sorted(findings, key=lambda f: (-f.gain_ns, SEVERITY_ORDER[f.severity], f.rule))
 
 
+def diagnose(evidence: list[Evidence]) -> list[Finding]:
+    """Every device's findings (:func:`diagnose_devices`), ordered by gain (desc), then severity."""
+    return order([f for d in diagnose_devices(evidence) for f in d.findings])
+
+
+def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
+    """Run the rules in order of precedence on every device, each on the ledger rows the rules before it
+    left unclaimed, then ``gpu-idle-unexplained`` on the idle no finding claimed."""
+    out = []
+    for ev in evidence:
+        mine = []
+        for rule in all_rules():
+            f = rule(ev)
+            if f is None:
+                continue
+            f.confidence = round(f.confidence * ev.facts.get("confidence_factor", 1.0), 2)
+            mine.append(f)
+            if f.claimed:
+                claim = np.zeros(len(ev.ledger.rows), dtype=bool)
+                claim[f.claimed] = True
+                ev = replace(ev, ledger=ev.ledger.claim(f.rule, claim))
+        rest = unexplained_idle(ev, mine)
+        if rest is not None:
+            rest.confidence = round(rest.confidence * ev.facts.get("confidence_factor", 1.0), 2)
+            mine.append(rest)
+            ev = replace(ev, ledger=ev.ledger.claim(rest.rule, ev.ledger.idle()))
+        if any(f.gain_pct >= SIGNIFICANT_PCT for f in mine):  # "nothing to fix here" only when nothing else is big
+            mine = [f for f in mine if f.rule != "input-pipeline-ok"]
+        out.append(Diagnosis(ev, order(mine), ev.ledger, combined(ev.ledger, [f.what_if for f in mine if f.what_if])))
+    return out
+
+
 def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
-    """GPU idle that no rule explains: show where the attribution says the GPU waited."""
+    """GPU idle that no finding claimed: show where the attribution says the GPU waited. Its gain is that
+    idle, bounded as if the host work it waited on moved off the critical path."""
     idle_ns, idle = ev.get("idle_ns"), ev.get("idle_fraction")
-    explained = sum(f.gain_ns for f in findings if f.rule in IDLE_RULES)
-    if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty:
+    free = ev.ledger.idle()
+    unclaimed = ev.ledger.ns(free)
+    explained = max(0.0, idle_ns - unclaimed) if len(ev.ledger.rows) else 0.0
+    if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty or not unclaimed:
         return None
-    top = ev.gaps.head(3).to_dict("records")  # the three largest causes, as plain rows
+    rows = ev.ledger.rows[free].rename(columns={"what": "cause_kind"})
+    top = (rows.groupby(["cause_kind", "cause"], as_index=False, sort=False)["ns"].sum()
+           .sort_values("ns", ascending=False, kind="stable").head(3).to_dict("records"))  # the largest unclaimed causes
     causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {r['ns'] / 1e6:.1f} ms)" for r in top)
     first = top[0]
     what = {"nvtx_range": f"the host work inside '{first['cause']}'",
@@ -160,7 +218,8 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     return make_finding(
         ev, "gpu-idle-unexplained",
         f"GPU idle {idle:.0%} of the {ev.per}; the GPU waited on: {causes}",
-        confidence=0.5, gain_ns=idle_ns - explained,
+        confidence=0.5, gain_ns=unclaimed, claim=free,
+        what_if=ev.ledger.what_if(unclaimed, host_removed_ns=unclaimed),
         evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": idle_ns, "explained_by_findings_ns": explained,
                   **{f"cause_{i + 1}": f"{r['cause_kind']}: {r['cause']}" for i, r in enumerate(top)},
                   **{f"cause_{i + 1}_ns": float(r["ns"]) for i, r in enumerate(top)}},

@@ -1,14 +1,20 @@
 """GPU-to-CPU rules (the articles' series, device-to-host part): copies back and host syncs every step.
 
 A host sync (``.item()``, ``.cpu()``, ``cudaStreamSynchronize``) drains the GPU's queue: until the
-host launches again the GPU waits (the attribution's after-sync idle, Evidence.after_sync_idle_ns).
-A device-to-host copy on the compute stream also stops compute while it runs (dtoh_ns - dtoh_hidden_ns).
-Pageable host-to-device copies sync too (PyTorch's blocking .to()): that idle is pin-memory's.
+host launches again the GPU waits (the ledger's after-sync idle rows, and the idle while the host is
+still in the sync call). A device-to-host copy on the compute stream also stops compute while it runs
+(the ledger's DtoH busy rows). Pageable host-to-device copies sync too (PyTorch's blocking .to()): that
+idle is pin-memory's, which claims it first.
+
+What removing a sync can gain: at most the idle it causes, no more than the GPU work that could have
+been queued meanwhile (the window's GPU busy time), and the step still lasts the host's own work
+(host work between syncs stays): window − max(GPU work, host work).
 """
 from __future__ import annotations
 
 from . import Evidence, Finding, make_finding, megabytes
 from .fixes import pick
+from .input_pipeline import AFTER_SYNC_WORK, pinned_bandwidth, significant
 
 MIN_SHARE = 0.05       # stall (exposed copy + post-sync idle) worth fixing, as a share of the step
 MIN_DTOH_BYTES = 1e6   # bytes copied back per step that make the copies, not the syncs, the subject
@@ -67,31 +73,44 @@ cudaEventRecord(done, stream);          // instead of cudaDeviceSynchronize() ev
 }
 
 
-def in_sync_idle(ev: Evidence) -> float:
-    """GPU idle while the host sits in a synchronize call, not already counted as after an earlier sync."""
-    return ev.idle_by(causes=(SYNC_API,)) - ev.idle_by(causes=(SYNC_API,), tag="after_sync_ns")
+def sync_idle(ev: Evidence):
+    """Ledger mask of the unclaimed idle a host sync causes: while the host is in a synchronize call (not
+    already after an earlier sync), and after syncs while the host works (not in an OS call: those are
+    causes of their own)."""
+    ledger = ev.ledger
+    return ledger.idle(causes=SYNC_API, after_sync=False) | ledger.idle(AFTER_SYNC_WORK, after_sync=True)
 
 
 def dtoh_sync(ev: Evidence) -> Finding | None:
     """Per-step device-to-host copies and the syncs after them stall the GPU."""
-    if ev.get("dtoh_bytes") < MIN_DTOH_BYTES:
+    if ev.get("dtoh_bytes") < MIN_DTOH_BYTES or not significant(ev, ev.get("dtoh_ns")):
         return None
-    exposed = max(0.0, ev.get("dtoh_ns") - ev.get("dtoh_hidden_ns"))
-    post_sync = ev.after_sync_idle_ns
-    in_sync = in_sync_idle(ev)
-    stall = exposed + post_sync + in_sync
+    ledger = ev.ledger
+    copies, waits = ledger.busy("dtoh_pageable", "dtoh_pinned"), sync_idle(ev)
+    exposed, waited = ledger.ns(copies), ledger.ns(waits)
+    queued = ledger.busy_ns  # GPU work the host could have queued while it waited
+    stall = exposed + min(waited, queued)
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(DTOH_FIX, ev.framework)
+    # a pinned copy is faster (the same bytes at the link's pinned rate); an asynchronous one hides at most
+    # under the compute not already under copies
+    bw, basis = pinned_bandwidth(ev)
+    faster = max(0.0, ledger.busy_ns_of("dtoh_pageable") - ev.get("dtoh_pageable_bytes") / bw)
+    compute_free = max(0.0, ev.get("kernel_ns") - ev.get("memcpy_hidden_ns"))
+    hidden = faster + min(exposed - faster, compute_free)
     return make_finding(
         ev, "dtoh-sync",
         f"Device-to-host copies stall every {ev.per}: {megabytes(ev.get('dtoh_bytes'))} copied back ({exposed / 1e6:.1f} ms not hidden "
-        f"under compute), then the GPU waits {post_sync / 1e6:.1f} ms after host syncs",
-        confidence=0.85 if ev.get("dtoh_pageable_bytes") > 0 or post_sync > 0 else 0.7,
-        gain_ns=stall,
+        f"under compute), then the GPU waits {waited / 1e6:.1f} ms in and after host syncs",
+        confidence=0.85 if ev.get("dtoh_pageable_bytes") > 0 or waited > 0 else 0.7,
+        gain_ns=stall, claim=copies | waits,
+        what_if=ledger.what_if(hidden + min(waited, queued), busy_removed_ns=hidden,
+                               caps={"GPU work that could be queued + copies hidden": queued + hidden}),
         evidence={"dtoh_bytes": ev.get("dtoh_bytes"), "dtoh_pageable_bytes": ev.get("dtoh_pageable_bytes"),
                   "dtoh_count": ev.get("dtoh_count"), "dtoh_ns": ev.get("dtoh_ns"), "dtoh_exposed_ns": exposed,
-                  "post_sync_idle_ns": post_sync, "gpu_idle_in_sync_calls_ns": in_sync,
+                  "pinned_copy_saving_ns": faster, "pinned_bandwidth_gbps": bw, "pinned_bandwidth_basis": basis,
+                  "gpu_idle_in_and_after_syncs_ns": waited,
                   "sync_wait_calls": ev.get("sync_wait_calls"), "async_copy_calls": ev.get("async_copy_calls")},
         fix=fix, snippet=snippet,
     )
@@ -99,21 +118,25 @@ def dtoh_sync(ev: Evidence) -> Finding | None:
 
 def host_sync(ev: Evidence) -> Finding | None:
     """Explicit synchronizations that leave the GPU waiting, with no device-to-host copy to explain them."""
-    if ev.get("dtoh_bytes") >= MIN_DTOH_BYTES or ev.get("htod_pageable_bytes") > 0 or ev.get("sync_wait_calls") < 1:
+    if ev.get("sync_wait_calls") < 1:
         return None
-    stall = ev.after_sync_idle_ns + in_sync_idle(ev)
+    ledger = ev.ledger
+    waits = sync_idle(ev)
+    stall = ledger.ns(waits)
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(SYNC_FIX, ev.framework)
-    after = ev.gaps.sort_values("after_sync_ns", ascending=False).iloc[0]
-    where = f" (mostly while the host works in '{after['cause']}')" if after["cause_kind"] == "nvtx_range" else ""
+    rows = ledger.rows[waits & ledger.idle(after_sync=True)]
+    top = rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    where = f" (mostly while the host works in '{top.index[0][1]}')" if len(top) and top.index[0][0] == "nvtx_range" else ""
     return make_finding(
         ev, "host-sync",
         f"{ev.get('sync_wait_calls'):.0f} host synchronization(s) per {ev.per} leave the GPU waiting "
         f"{stall / 1e6:.1f} ms for the host to launch again{where}",
-        confidence=0.7, gain_ns=stall,
+        confidence=0.7, gain_ns=stall, claim=waits,
+        what_if=ledger.what_if(stall, caps={"GPU work that could be queued": ledger.busy_ns}),
         evidence={"sync_wait_calls": ev.get("sync_wait_calls"), "sync_wait_ns": ev.get("sync_wait_ns"),
-                  "post_sync_idle_ns": ev.after_sync_idle_ns, "gpu_idle_fraction": ev.get("idle_fraction")},
+                  "gpu_idle_in_and_after_syncs_ns": stall, "gpu_idle_fraction": ev.get("idle_fraction")},
         fix=fix, snippet=snippet,
     )
 

@@ -1,9 +1,12 @@
 """Input-pipeline rules (first article's ladder): workers → pinned memory → copy overlap → done.
 
-Rules follow causes, not range names: ``dataloader-workers`` reads the idle-gap attribution (host
-work before a step's first launch while the GPU idles, whatever its NVTX range is called);
-``pin-memory`` claims only what pinning removes (the copy time beyond a pinned copy of the same
-bytes, plus the GPU idle the host spends in blocking copy calls and munmap).
+Rules follow causes, not range names: ``dataloader-workers`` claims the ledger's idle rows of host
+work before a step's first launch (whatever its NVTX range is called); ``pin-memory`` claims only what
+pinning removes (the pageable copies' time beyond a pinned copy of the same bytes, the GPU idle while
+the host is in blocking copy calls and munmap, and the idle after syncs when the copies are the only
+syncs); ``copy-compute-overlap`` the pinned copies not hidden, at most the compute they could hide under.
+Copy classes that take less than MIN_GAIN_SHARE of the window are ignored when taking shares (an
+8-byte scalar copy does not make a step "100% pageable").
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ HIDDEN_OVERLAP = 0.8       # HtoD/kernel overlap counted as hidden
 IDLE_OK = 0.10             # GPU idle fraction counted as saturated
 MIN_GAIN_SHARE = 0.01      # a fix must be able to save at least this share of the step
 HOST_WORK = ("nvtx_range", "untraced", "os_wait", "os_runtime")  # the host busy (or waiting) on its own work
+AFTER_SYNC_WORK = ("untraced", "launch", "cuda_blocking", "nvtx_range")  # host work a sync exposes (not OS calls)
 COPY_API = r"cu(da)?Memcpy\w*"
 
 # Achieved pinned host-to-device bandwidth (bytes/ns = GB/s) by PCIe generation, used when the trace has no
@@ -99,34 +103,50 @@ OK_FIX = {
 
 
 def dataloader_workers(ev: Evidence) -> Finding | None:
-    """GPU idle while the host prepares the step before launching it (loading the batch on the critical path)."""
+    """GPU idle while the host prepares the step before launching it (loading the batch on the critical path).
+
+    Claims the idle rows of host work before the step's first launch; the fix takes that work off the
+    host's critical path, so the step still lasts at least its GPU work and the rest of the host's work."""
     idle = ev.get("idle_fraction")
     if ev.per != "step" or idle < IDLE_HIGH or ev.gaps.empty:  # the cheap tests first: this runs per device
         return None
-    pre = ev.gaps[ev.gaps["cause_kind"].isin(HOST_WORK)]
-    pre_ns = float(pre["before_launch_ns"].sum()) if len(pre) else 0.0
-    if not pre_ns or pre_ns < PRE_LAUNCH_SHARE * ev.window_ns:
+    ledger = ev.ledger
+    if ledger.ns(ledger.idle(HOST_WORK, before_launch=True, free=False)) < PRE_LAUNCH_SHARE * ev.window_ns:
+        return None  # the pattern, on all such idle; the claim, on what no finding before took
+    claim = ledger.idle(HOST_WORK, before_launch=True)
+    pre_ns = ledger.ns(claim)
+    if not pre_ns:
         return None
-    top = pre.sort_values("before_launch_ns", ascending=False).iloc[0]
-    where = {"nvtx_range": f"'{top['cause']}'", "untraced": "code no traced call covers (Python/CPU work)"}.get(
-        top["cause_kind"], str(top["cause"]))
+    rows = ledger.rows[claim]
+    top = rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    (top_kind, top_cause), top_ns = top.index[0], float(top.iloc[0])
+    where = {"nvtx_range": f"'{top_cause}'", "untraced": "code no traced call covers (Python/CPU work)"}.get(
+        top_kind, str(top_cause))
     fix, snippet = pick(WORKERS_FIX, ev.framework)
     return make_finding(
         ev, "dataloader-workers",
         f"GPU idle {idle:.0%} of the step; {pre_ns / 1e6:.1f} ms of it before the step's first launch while the "
         f"host works in {where}",
         confidence=0.9 if pre_ns >= 0.5 * ev.get("idle_ns") else 0.7,
-        gain_ns=pre_ns,
+        gain_ns=pre_ns, claim=claim, what_if=ledger.what_if(pre_ns, host_removed_ns=pre_ns),
         evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": ev.get("idle_ns"), "idle_before_first_launch_ns": pre_ns,
-                  "top_cause": str(top["cause"]), "top_cause_kind": str(top["cause_kind"]),
-                  "top_cause_idle_ns": float(top["before_launch_ns"])},
+                  "top_cause": str(top_cause), "top_cause_kind": str(top_kind), "top_cause_idle_ns": top_ns},
         fix=fix, snippet=snippet,
     )
 
 
+def significant(ev: Evidence, ns: float) -> bool:
+    """Whether ``ns`` of the window is at least the smallest gain worth reporting (MIN_GAIN_SHARE)."""
+    return ns >= MIN_GAIN_SHARE * ev.window_ns if ev.window_ns else ns > 0
+
+
 def pageable_share(ev: Evidence) -> float:
+    """Share of host-to-device bytes copied from pageable memory, 0 when those copies take less than the
+    smallest gain worth reporting (no "100% pageable" from a scalar)."""
     htod = ev.get("htod_bytes")
-    return ev.get("htod_pageable_bytes") / htod if htod else 0.0
+    if not htod or not significant(ev, ev.get("htod_pageable_ns")):
+        return 0.0
+    return ev.get("htod_pageable_bytes") / htod
 
 
 def pinned_bandwidth(ev: Evidence) -> tuple[float, str]:
@@ -135,31 +155,41 @@ def pinned_bandwidth(ev: Evidence) -> tuple[float, str]:
     pinned_bytes, pinned_ns = ev.get("htod_pinned_bytes"), ev.get("htod_pinned_ns")
     if pinned_bytes >= 1e6 and pinned_ns > 0:
         return pinned_bytes / pinned_ns, "pinned host-to-device copies in this trace"
+    pageable_ns = ev.get("htod_pageable_ns")
+    achieved = ev.get("htod_pageable_bytes") / pageable_ns if pageable_ns else 0.0
     for pattern, link, bw in PCIE_CLASS:
         if pattern.search(ev.gpu_name):
-            return bw, f"{link} class of {ev.gpu_name} (assumed {bw:.0f} GB/s)"
-    return PCIE_DEFAULT[1], f"{PCIE_DEFAULT[0]} (assumed {PCIE_DEFAULT[1]:.0f} GB/s; GPU {ev.gpu_name or 'unknown'})"
+            break
+    else:
+        link, bw = PCIE_DEFAULT
+    if achieved > bw:  # the pageable copies already beat the assumed link: pinning cannot be slower
+        return achieved, f"the pageable copies' own rate ({achieved:.1f} GB/s, above the assumed {link} rate)"
+    return bw, f"{link} class of {ev.gpu_name or 'an unknown GPU'} (assumed {bw:.0f} GB/s)"
 
 
 def pin_memory(ev: Evidence) -> Finding | None:
     """Host-to-device copies from pageable memory: slower than pinned and blocking the host (munmap may follow).
 
-    Gain = pageable copy time beyond a pinned copy of the same bytes + the GPU idle while the host is in
-    copy calls and after their syncs (its host-to-device part, by bytes) + the GPU idle during munmap."""
+    Claims the pageable copies' busy time (pinning saves the part beyond a pinned copy of the same bytes),
+    the idle while the host is in copy calls or munmap, and the idle after syncs when the copies are the
+    program's only syncs (no explicit synchronize call)."""
     share = pageable_share(ev)
     copy_ns, pageable_bytes = ev.get("htod_pageable_ns"), ev.get("htod_pageable_bytes")
     if share < PAGEABLE_SHARE or not pageable_bytes:
         return None
+    ledger = ev.ledger
     bw, basis = pinned_bandwidth(ev)
-    faster_ns = max(0.0, copy_ns - pageable_bytes / bw)
-    htod_part = pageable_bytes / (pageable_bytes + ev.get("dtoh_pageable_bytes"))
-    blocked_ns = (ev.idle_by(causes=(COPY_API,)) + ev.after_sync_idle_ns) * htod_part
-    idle_mm = ev.get("munmap_gpu_idle_ns")
-    gain = faster_ns + blocked_ns + idle_mm
-    if gain < MIN_GAIN_SHARE * ev.window_ns:
+    pinned_ns = pageable_bytes / bw
+    copies = ledger.busy("htod_pageable")
+    faster_ns = max(0.0, min(ledger.ns(copies), copy_ns - pinned_ns))
+    in_calls, munmap = ledger.idle(causes=COPY_API), ledger.idle(causes="munmap")
+    after = ledger.idle(AFTER_SYNC_WORK, after_sync=True) & (ev.get("sync_wait_calls") < 1)
+    blocked_ns, idle_mm = ledger.ns(in_calls | after), ledger.ns(munmap)
+    removable = faster_ns + blocked_ns + idle_mm
+    if not significant(ev, removable):
         return None
     evidence = {"htod_pageable_bytes": pageable_bytes, "htod_pageable_share": share, "htod_pageable_ns": copy_ns,
-                "pinned_copy_estimate_ns": pageable_bytes / bw, "pinned_bandwidth_gbps": bw,
+                "pinned_copy_estimate_ns": pinned_ns, "pinned_bandwidth_gbps": bw,
                 "pinned_bandwidth_basis": basis, "gpu_idle_in_and_after_copy_calls_ns": blocked_ns,
                 "sync_copy_calls": ev.get("sync_copy_calls"), "gpu_idle_fraction": ev.get("idle_fraction")}
     if ev.facts.get("osrt_captured", 1.0):  # without OS runtime data there is no munmap evidence either way
@@ -172,24 +202,34 @@ def pin_memory(ev: Evidence) -> Finding | None:
     fix, snippet = pick(PIN_FIX, ev.framework)
     return make_finding(ev, "pin-memory", title,
                         confidence=0.9 if idle_mm > 0 or blocked_ns > 0 else 0.75,
-                        gain_ns=gain, evidence=evidence, fix=fix, snippet=snippet)
+                        gain_ns=removable, claim=copies | in_calls | after | munmap,
+                        what_if=ledger.what_if(removable, busy_removed_ns=faster_ns, host_removed_ns=idle_mm),
+                        evidence=evidence, fix=fix, snippet=snippet)
 
 
 def copy_compute_overlap(ev: Evidence) -> Finding | None:
-    """Pinned copies that still run serialized with kernels: copy on a side stream / prefetch."""
+    """Pinned copies that still run serialized with kernels: copy on a side stream / prefetch.
+
+    Claims the exposed pinned copies; overlapping them hides at most the compute not already under copies."""
     htod_ns, hidden = ev.get("htod_ns"), ev.get("htod_hidden_ns")
     exposed = htod_ns - hidden
     if not htod_ns or pageable_share(ev) >= PAGEABLE_SHARE or ev.window_ns == 0:
         return None
     overlap = hidden / htod_ns
-    if overlap >= HIDDEN_OVERLAP or exposed < MIN_GAIN_SHARE * ev.window_ns:
+    if overlap >= HIDDEN_OVERLAP or not significant(ev, exposed):
         return None
+    ledger = ev.ledger
+    claim = ledger.busy("htod_pinned", "htod_pageable")
+    compute_free = max(0.0, ev.get("kernel_ns") - ev.get("memcpy_hidden_ns"))
+    removable = min(ledger.ns(claim), exposed) if len(ledger.rows) else exposed
     fix, snippet = pick(OVERLAP_FIX, ev.framework)
     return make_finding(
         ev, "copy-compute-overlap",
         f"Host-to-device copies are {1 - overlap:.0%} exposed ({exposed / 1e6:.1f} ms per {ev.per} not hidden under compute)",
         confidence=0.8,
-        gain_ns=exposed,
+        gain_ns=removable, claim=claim,
+        what_if=ledger.what_if(removable, busy_removed_ns=min(removable, compute_free),
+                               caps={"compute not under copies": compute_free}),
         evidence={"htod_kernel_overlap": overlap, "htod_ns": htod_ns, "htod_exposed_ns": exposed,
                   "htod_exposed_share": exposed / ev.window_ns,
                   "htod_on_kernel_streams_fraction": ev.facts.get("htod_on_kernel_streams_fraction", float("nan"))},
@@ -205,7 +245,7 @@ def input_pipeline_ok(ev: Evidence) -> Finding | None:
         return None
     exposed = htod_ns - ev.get("htod_hidden_ns")
     overlap = ev.get("htod_hidden_ns") / htod_ns if htod_ns else 1.0
-    if overlap < HIDDEN_OVERLAP and exposed >= MIN_GAIN_SHARE * ev.window_ns:
+    if overlap < HIDDEN_OVERLAP and significant(ev, exposed):
         return None
     how = ("no host-to-device copies" if not htod_ns else f"copies {overlap:.0%} hidden under compute"
            if overlap >= HIDDEN_OVERLAP else f"exposed copies only {exposed / ev.window_ns:.1%} of the {ev.per}")

@@ -2,7 +2,9 @@
 
 The cause shows in the shape of the idle: a launch-bound loop leaves many µs-scale gaps between
 kernels (attribution.SHORT_GAP_NS), not a few long waits — gaps that no host sync explains (a sync
-drains the queue and exposes every following launch: that is host-sync's). Launches and CPU time
+drains the queue and exposes every following launch: that is host-sync's). The rule claims those
+gaps; graphs or fusion remove at most them and the host's launch calls, so the step still lasts its
+GPU work and the rest of the host's work. Launches and CPU time
 count on every thread of the process (PyTorch launches the backward from autograd threads).
 """
 from __future__ import annotations
@@ -39,7 +41,9 @@ for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, stream);
 def launch_bound(ev: Evidence) -> Finding | None:
     kernels = ev.get("kernel_count")
     idle, idle_ns = ev.get("idle_fraction"), ev.get("idle_ns")
-    short = ev.free_short_gap_ns
+    ledger = ev.ledger
+    short = ledger.ns(ledger.idle(short_gap=True, after_sync=False, free=False))  # the pattern: all such gaps
+    gaps = ledger.idle(short_gap=True, after_sync=False)  # the claim: those no finding before took
     if kernels < MIN_KERNELS or idle < IDLE_HIGH or short < SHORT_GAP_SHARE * idle_ns:
         return None
     gpu_per_kernel = ev.get("kernel_sum_ns") / kernels
@@ -52,7 +56,8 @@ def launch_bound(ev: Evidence) -> Finding | None:
         f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
         f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < "
         f"{SHORT_GAP_NS / 1e3:.0f} us that no sync explains",
-        confidence=0.8, gain_ns=short,
+        confidence=0.8, gain_ns=ledger.ns(gaps), claim=gaps,
+        what_if=ledger.what_if(ledger.ns(gaps), host_removed_ns=ev.get("launch_ns")),
         evidence={"kernels": kernels, "gpu_ns_per_kernel": gpu_per_kernel, "host_ns_per_kernel": host_per_kernel,
                   "gpu_idle_fraction": idle, "idle_in_short_gaps_without_sync_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
                   "launch_calls": ev.get("launch_calls"), "launch_ns": ev.get("launch_ns")},

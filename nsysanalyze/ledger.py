@@ -1,0 +1,232 @@
+"""The ledger: every ns of a window on a device accounted once (the stage between attribution and rules).
+
+A window (a step, or the whole capture of a device) is split into rows that sum to its length:
+
+- **busy** rows, one per class of GPU work (``metrics.BUSY_CLASSES``: compute, NCCL beyond compute,
+  each copy class beyond kernels and the classes before it, memsets), and
+- **idle** rows, one per cause of the attribution (``attribution.LEVELS`` as ``what``, the cause's
+  name, and its tags ``before_launch``, ``after_sync``, ``short_gap``).
+
+Rules *claim* rows (:class:`Ledger`): a row belongs to one finding at most, so no two findings spend
+the same ns, and what no finding claims is what stays unexplained. A finding's gain is a bound from a
+two-resource model of the window after its fix (:class:`WhatIf`): the step cannot become shorter than
+the GPU work left or the host's own work left (host work between syncs stays when a sync goes).
+
+At the evidence's scope (the median steady step, or the capture), each row is the median over the
+steady steps of that row's ns (a step without it counting 0), so rows of one scope need not sum to the
+median window exactly; every window's own rows do (:func:`window_rows`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .attribution import _median_padded_with_zeros
+from .metrics import BUSY_CLASSES
+
+DEVICE = ["globalPid", "deviceId"]
+ROW_KEYS = ["kind", "what", "cause", "before_launch", "after_sync", "short_gap"]
+BUSY_COLUMNS = [f"busy_{c}_ns" for c in BUSY_CLASSES]
+HOST_WAITS = ["sync_wait_ns", "sync_copy_ns", "async_copy_ns"]  # host time spent waiting for the GPU
+LEDGER_COLUMNS = [*DEVICE, "window", "step", *ROW_KEYS, "ns"]
+
+
+def window_rows(steps: pd.DataFrame, capture: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """The ledger of every window: one row per (globalPid, deviceId, window, step, kind, what, cause, tags)
+    with its ns (int64); ``window`` is 'step' (step = its number) or 'capture' (step = -1).
+
+    ``steps``/``capture``: windows with their busy_<class>_ns metrics; ``gaps``: the attribution
+    (attribution.GAP_COLUMNS; step -1 is idle outside every step window: it counts in the capture only).
+    Rows with 0 ns are left out."""
+    parts = []
+    for window, frame in (("step", steps), ("capture", capture)):
+        if frame.empty:
+            continue
+        step = frame["step"].to_numpy(np.int64) if window == "step" else np.full(len(frame), -1, np.int64)
+        for cls, col in zip(BUSY_CLASSES, BUSY_COLUMNS):
+            parts.append(pd.DataFrame({"globalPid": frame["globalPid"].to_numpy(np.int64),
+                                       "deviceId": frame["deviceId"].to_numpy(np.int64), "window": window,
+                                       "step": step, "kind": "busy", "what": cls, "cause": "",
+                                       "before_launch": False, "after_sync": False, "short_gap": False,
+                                       "ns": frame[col].to_numpy(np.int64)}))
+    if len(gaps):
+        idle = gaps.rename(columns={"cause_kind": "what"}).assign(kind="idle")
+        in_steps = idle[idle["step"] >= 0].assign(window="step")
+        keys = [*DEVICE, *ROW_KEYS]
+        whole = idle.groupby(keys, as_index=False, sort=False, observed=True)["ns"].sum().assign(window="capture", step=-1)
+        parts += [in_steps[LEDGER_COLUMNS], whole[LEDGER_COLUMNS]]
+    if not parts:
+        return pd.DataFrame({c: [] for c in LEDGER_COLUMNS})
+    rows = pd.concat(parts, ignore_index=True)
+    return rows[rows["ns"] > 0].reset_index(drop=True).astype({"ns": np.int64, "step": np.int64})
+
+
+def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], pd.DataFrame]:
+    """Per device: its ledger at the evidence's scope (ROW_KEYS + ns, float64, largest first): the median
+    per steady step of each row (``steady_steps`` lists them), else the capture window's rows."""
+    out: dict[tuple[int, int], pd.DataFrame] = {}
+    if rows.empty:
+        return out
+    chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
+                          columns=[*DEVICE, "step"], dtype=np.int64)
+    stepped = pd.MultiIndex.from_frame(rows[DEVICE]).isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
+    in_steps = (rows["window"] == "step").to_numpy() & pd.MultiIndex.from_frame(
+        rows[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))
+    capture = rows[~stepped & (rows["window"] == "capture").to_numpy()][[*DEVICE, *ROW_KEYS, "ns"]]
+    parts = [capture.astype({"ns": np.float64})]
+    mine = rows[in_steps]
+    if len(mine):
+        keys = [*DEVICE, *ROW_KEYS]
+        mine = mine.sort_values(keys, kind="stable")
+        group = mine.groupby(keys, sort=False, observed=True).ngroup().to_numpy()
+        firsts = mine.drop_duplicates(keys)[keys].reset_index(drop=True)
+        n = chosen.groupby(DEVICE).size().reindex(pd.MultiIndex.from_frame(firsts[DEVICE])).to_numpy(np.int64)
+        parts.append(firsts.assign(ns=_median_padded_with_zeros(group, mine["ns"].to_numpy(np.float64), n)))
+    every = pd.concat(parts, ignore_index=True)
+    every = every[every["ns"] > 0].sort_values([*DEVICE, "ns"], ascending=[True, True, False], kind="stable")
+    for (pid, dev), idx in every.groupby(DEVICE, sort=False).indices.items():
+        out[(int(pid), int(dev))] = every.iloc[idx][[*ROW_KEYS, "ns"]].reset_index(drop=True)
+    return out
+
+
+def host_work_ns(m: dict[str, float]) -> float:
+    """The host's own work in the window (ns): its CPU range (``cpu_ns``, the window itself for captures and
+    inferred steps) less the time its threads wait for the GPU in sync calls and blocking copies. It stays
+    when a sync goes; OS waits (a loader worker's queue) count as host work."""
+    cpu = m.get("cpu_ns") or m.get("window_ns") or 0.0
+    waits = sum((m.get(k) or 0.0) for k in HOST_WAITS if m.get(k) == m.get(k))  # NaN: no runtime table
+    return max(0.0, min(float(cpu), float(m.get("window_ns") or cpu)) - waits)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """What a fix removes from a window, and the bound that follows (all ns).
+
+    The gain is at most what the fix removes (``removable_ns``: the idle rows it claims plus the busy time
+    it takes off the GPU's critical path) and at most window − max(GPU work left, host work left), where
+    the GPU keeps ``busy_ns − busy_removed_ns`` and the host ``host_work_ns − host_removed_ns``;
+    ``caps`` add the fix's own limits (name -> ns)."""
+
+    window_ns: float
+    removable_ns: float
+    busy_ns: float
+    host_work_ns: float
+    busy_removed_ns: float = 0.0
+    host_removed_ns: float = 0.0
+    caps: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def gpu_left_ns(self) -> float:
+        return max(0.0, self.busy_ns - self.busy_removed_ns)
+
+    @property
+    def host_left_ns(self) -> float:
+        return max(0.0, self.host_work_ns - self.host_removed_ns)
+
+    @property
+    def gain_ns(self) -> float:
+        limits = [self.removable_ns, self.window_ns - max(self.gpu_left_ns, self.host_left_ns), *self.caps.values()]
+        return max(0.0, min(limits))
+
+    def terms(self) -> dict[str, float | str]:
+        """The bound's terms for a finding's evidence (ns), with the bound written out in ms."""
+        named = {"removable": self.removable_ns,
+                 "window - max(GPU left, host left)": self.window_ns - max(self.gpu_left_ns, self.host_left_ns),
+                 **self.caps}
+        text = ", ".join(f"{k} {v / 1e6:,.2f} ms" for k, v in named.items())
+        return {"bound_removable_ns": self.removable_ns, "bound_gpu_left_ns": self.gpu_left_ns,
+                "bound_host_left_ns": self.host_left_ns,
+                **{f"bound_{k.replace(' ', '_')}_ns": v for k, v in self.caps.items()},
+                "bound": f"min({text}) = {self.gain_ns / 1e6:,.2f} ms"}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One device's ledger at the evidence's scope, with the rows claimed so far (by rule id).
+
+    ``rows``: ROW_KEYS + ns (see :func:`scope_rows`); ``claimed``: rule id per row, '' while unclaimed;
+    ``window_ns``, ``busy_ns``, ``host_work_ns``: the scope's window, GPU busy time and host work."""
+
+    rows: pd.DataFrame
+    window_ns: float
+    busy_ns: float
+    host_work_ns: float
+    claimed: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame, m: dict[str, float]) -> "Ledger":
+        return cls(rows=rows, window_ns=float(m.get("window_ns") or 0.0), busy_ns=float(m.get("busy_ns") or 0.0),
+                   host_work_ns=host_work_ns(m), claimed=("",) * len(rows))
+
+    @property
+    def free(self) -> np.ndarray:
+        """Mask of the rows no finding has claimed."""
+        return np.array([c == "" for c in self.claimed], dtype=bool)
+
+    def idle(self, kinds: tuple[str, ...] = (), causes: str | None = None, before_launch: bool | None = None,
+             after_sync: bool | None = None, short_gap: bool | None = None, free: bool = True) -> np.ndarray:
+        """Mask of idle rows whose ``what`` (cause kind) is in ``kinds`` (any when empty) or whose cause
+        fully matches the regex ``causes``, with each given tag as asked (None: either); only unclaimed
+        rows unless ``free`` is False."""
+        r = self.rows
+        if r.empty:
+            return np.zeros(0, dtype=bool)
+        mask = (r["kind"] == "idle").to_numpy()
+        if kinds or causes:
+            which = r["what"].isin(kinds).to_numpy() if kinds else np.zeros(len(r), dtype=bool)
+            if causes:
+                which |= r["cause"].astype(str).str.fullmatch(causes).to_numpy()
+            mask = mask & which
+        for tag, want in (("before_launch", before_launch), ("after_sync", after_sync), ("short_gap", short_gap)):
+            if want is not None:
+                mask = mask & (r[tag].to_numpy(bool) == want)
+        return mask & self.free if free else mask
+
+    def busy(self, *classes: str, free: bool = True) -> np.ndarray:
+        """Mask of the busy rows of ``classes`` (metrics.BUSY_CLASSES), unclaimed ones unless ``free`` is False."""
+        r = self.rows
+        mask = (r["kind"] == "busy").to_numpy() & r["what"].isin(classes).to_numpy() if len(r) else np.zeros(0, bool)
+        return mask & self.free if free else mask
+
+    def ns(self, mask: np.ndarray) -> float:
+        """Sum of the rows' ns under ``mask``."""
+        return float(self.rows["ns"].to_numpy()[mask].sum()) if mask.size else 0.0
+
+    def busy_ns_of(self, *classes: str) -> float:
+        """GPU time of ``classes`` in the scope, claimed or not."""
+        return self.ns(self.busy(*classes, free=False))
+
+    def what_if(self, removable_ns: float, busy_removed_ns: float = 0.0, host_removed_ns: float = 0.0,
+                caps: dict[str, float] | None = None) -> WhatIf:
+        """The bound of a fix that removes ``removable_ns`` of the window, ``busy_removed_ns`` of it from
+        the GPU's work and ``host_removed_ns`` from the host's."""
+        return WhatIf(window_ns=self.window_ns, removable_ns=removable_ns, busy_ns=self.busy_ns,
+                      host_work_ns=self.host_work_ns, busy_removed_ns=busy_removed_ns,
+                      host_removed_ns=host_removed_ns, caps=dict(caps or {}))
+
+    def claim(self, rule: str, mask: np.ndarray) -> "Ledger":
+        """This ledger with the unclaimed rows under ``mask`` claimed by ``rule``."""
+        mask = mask & self.free
+        claimed = tuple(rule if m else c for c, m in zip(self.claimed, mask))
+        return Ledger(self.rows, self.window_ns, self.busy_ns, self.host_work_ns, claimed)
+
+    def records(self) -> list[dict]:
+        """Rows as plain dicts with ``claimed_by`` (None while unclaimed)."""
+        out = self.rows.assign(claimed_by=[c or None for c in self.claimed])
+        return out.to_dict("records")
+
+
+EMPTY_ROWS = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "what", "cause") else bool) for c in ROW_KEYS}
+                          ).assign(ns=pd.Series(dtype=np.float64))
+
+
+def combined(ledger: Ledger, fixes: list[WhatIf]) -> dict[str, float]:
+    """The window after every proposed fix together: the window less their gains, but never below the GPU
+    work or the host work that all of them together leave, never above the window (ns)."""
+    gpu_left = max(0.0, ledger.busy_ns - sum(w.busy_removed_ns for w in fixes))
+    host_left = max(0.0, ledger.host_work_ns - sum(w.host_removed_ns for w in fixes))
+    after = min(ledger.window_ns, max(ledger.window_ns - sum(w.gain_ns for w in fixes), gpu_left, host_left))
+    return {"window_ns": ledger.window_ns, "after_fixes_ns": after, "gain_ns": ledger.window_ns - after,
+            "gpu_left_ns": gpu_left, "host_left_ns": host_left}
