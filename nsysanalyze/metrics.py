@@ -250,9 +250,6 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     kernel_ns, copy_ns = kern.within(a, b), copy_or_set.within(a, b)
     kernel_copy = intersection_within(kern, copy_or_set, a, b)
     memcpy_hidden, htod_hidden, dtoh_hidden = (intersection_within(c, kern, a, b) for c in (copies, htod_cov, dtoh_cov))
-    no_nccl, all_nccl = not is_nccl.any(), bool(is_nccl.all())
-    if not (no_nccl or all_nccl):
-        del kern
     busy_ns = kernel_ns + copy_ns - kernel_copy
     unified = np.isin(kind, COPY_UNIFIED)
     busy_of = _busy_partition(kern, ms, me, {
@@ -260,6 +257,9 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "dtoh_pageable": dtoh & (dst == MEM_PAGEABLE), "dtoh_pinned": dtoh & (dst != MEM_PAGEABLE),
         "dtod": dtod, "ptop": ptop, "unified": unified, "other_copy": ~(htod | dtoh | dtod | ptop | unified)},
         kernel_ns, busy_ns, a, b)
+    no_nccl, all_nccl = not is_nccl.any(), bool(is_nccl.all())
+    if not (no_nccl or all_nccl):
+        del kern
     compute = kern if no_nccl else EMPTY if all_nccl else Coverage(ks[~is_nccl], ke[~is_nccl])
     compute_ns = kernel_ns if no_nccl else compute.within(a, b)
     compute_copy = kernel_copy if no_nccl else intersection_within(compute, copy_or_set, a, b)
