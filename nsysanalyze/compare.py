@@ -279,8 +279,27 @@ def evaluate(gate: Gate, b: float, n: float, scope: str) -> dict:
 VERDICTS = {True: "tripped", False: "ok", None: "n/a"}
 
 
+def scope_windows(report: dict) -> dict[int, tuple[str, float]]:
+    """deviceId -> (scope, window ns) of the report's ledger (the window its findings' gains are of); the
+    first process on a device wins. Empty for saved reports made before the ledger (format_version < 3)."""
+    out: dict[int, tuple[str, float]] = {}
+    for d in report.get("ledger") or []:
+        out.setdefault(int(d["deviceId"]), (d["scope"], float(d["window_ns"])))
+    return out
+
+
+def realized_ns(finding: dict, base: dict, new: dict) -> float | None:
+    """How much shorter NEW's window is than BASE's on the finding's device (ns): what the fix delivered,
+    when both windows have the same scope (step medians or whole captures); None otherwise."""
+    b, n = scope_windows(base).get(int(finding["deviceId"])), scope_windows(new).get(int(finding["deviceId"]))
+    if b is None or n is None or b[0] != n[0]:
+        return None
+    return b[1] - n[1]
+
+
 def finding_changes(base: dict, new: dict) -> dict[str, list[dict]]:
-    """Findings by rule: ``appeared`` (only in NEW), ``disappeared`` (only in BASE), ``kept`` (both)."""
+    """Findings by rule: ``appeared`` (only in NEW), ``disappeared`` (only in BASE; with ``realized_ns``,
+    how much shorter NEW's window is, beside the ``gain_ns`` BASE predicted), ``kept`` (both)."""
     def by_rule(report):
         out = {}
         for f in report.get("findings", []):
@@ -298,7 +317,8 @@ def finding_changes(base: dict, new: dict) -> dict[str, list[dict]]:
         return row
 
     return {"appeared": [brief(f) for r, f in n.items() if r not in b],
-            "disappeared": [brief(f) for r, f in b.items() if r not in n],
+            "disappeared": [{**brief(f), "realized_ns": _num(realized_ns(f, base, new))}
+                            for r, f in b.items() if r not in n],
             "kept": [brief(f, b[r]) for r, f in n.items() if r in b]}
 
 
@@ -330,7 +350,7 @@ def compare(base: dict, new: dict, gates: list[Gate] = (), allow_missing: bool =
                   if (n := steady_step_count(r)) < MIN_STEADY_STEPS]
     missing = any(r["tripped"] is None for r in results)
     return {
-        "format_version": 2,
+        "format_version": 3,
         "base": _header(base), "new": _header(new),
         "gate_scope": scope,
         "notes": notes,

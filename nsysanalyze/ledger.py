@@ -29,7 +29,9 @@ from .metrics import BUSY_CLASSES
 DEVICE = ["globalPid", "deviceId"]
 ROW_KEYS = ["kind", "what", "cause", "before_launch", "after_sync", "short_gap"]
 BUSY_COLUMNS = [f"busy_{c}_ns" for c in BUSY_CLASSES]
-HOST_WAITS = ["sync_wait_ns", "sync_copy_ns", "async_copy_ns"]  # host time spent waiting for the GPU
+# host time in CUDA calls that wait for the GPU: syncs, blocking copies, and launches (a launch call blocks
+# while the GPU's queue is full; the rest of its cost is what graphs and fusion remove)
+HOST_WAITS = ["sync_wait_ns", "sync_copy_ns", "async_copy_ns", "launch_ns"]
 LEDGER_COLUMNS = [*DEVICE, "window", "step", *ROW_KEYS, "ns"]
 
 
@@ -93,8 +95,8 @@ def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]
 
 def host_work_ns(m: dict[str, float]) -> float:
     """The host's own work in the window (ns): its CPU range (``cpu_ns``, the window itself for captures and
-    inferred steps) less the time its threads wait for the GPU in sync calls and blocking copies. It stays
-    when a sync goes; OS waits (a loader worker's queue) count as host work."""
+    inferred steps; at most the window) less the time its threads spend in CUDA calls that wait for the GPU
+    (HOST_WAITS). It stays when a sync goes; OS waits (a loader worker's queue) count as host work."""
     cpu = m.get("cpu_ns") or m.get("window_ns") or 0.0
     waits = sum((m.get(k) or 0.0) for k in HOST_WAITS if m.get(k) == m.get(k))  # NaN: no runtime table
     return max(0.0, min(float(cpu), float(m.get("window_ns") or cpu)) - waits)

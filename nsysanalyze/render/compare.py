@@ -90,12 +90,20 @@ def scope_line(comparison: dict) -> str:
     return f"Gates compare {SCOPE_TITLE[comparison['gate_scope']]} values."
 
 
+def predicted_realized(x: dict) -> str:
+    """'predicted 41.2 ms, realized 41.7 ms' for a finding that disappeared (realized: n/a when unknown)."""
+    realized = x.get("realized_ns")
+    return (f"predicted {x['gain_ns'] / 1e6:,.1f} ms, "
+            + ("realized n/a" if realized is None else f"realized {realized / 1e6:,.1f} ms"))
+
+
 def finding_lines(comparison: dict) -> list[str]:
     """'appeared: rule (severity, gain): title' lines, then disappeared, then still present."""
     f = comparison["findings"]
     out = [f"appeared: {x['rule']} ({x['severity']}, {x['gain_pct']:.1f}% of the step): {x['title']}"
            for x in f["appeared"]]
-    out += [f"disappeared: {x['rule']} (was {x['severity']}): {x['title']}" for x in f["disappeared"]]
+    out += [f"disappeared: {x['rule']} (was {x['severity']}; {predicted_realized(x)}): {x['title']}"
+            for x in f["disappeared"]]
     out += [f"still present: {x['rule']} ({x['base_severity']} -> {x['severity']}, gain "
             f"{x['base_gain_pct']:.1f}% -> {x['gain_pct']:.1f}% of the step)" for x in f["kept"]]
     return out

@@ -4,7 +4,7 @@ The cause shows in the shape of the idle: a launch-bound loop leaves many µs-sc
 kernels (attribution.SHORT_GAP_NS), not a few long waits — gaps that no host sync explains (a sync
 drains the queue and exposes every following launch: that is host-sync's). The rule claims those
 gaps; graphs or fusion remove at most them and the host's launch calls, so the step still lasts its
-GPU work and the rest of the host's work. Launches and CPU time
+GPU work and the host work the gaps did not wait on. Launches and CPU time
 count on every thread of the process (PyTorch launches the backward from autograd threads).
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def launch_bound(ev: Evidence) -> Finding | None:
         f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < "
         f"{SHORT_GAP_NS / 1e3:.0f} us that no sync explains",
         confidence=0.8, gain_ns=ledger.ns(gaps), claim=gaps,
-        what_if=ledger.what_if(ledger.ns(gaps), host_removed_ns=ev.get("launch_ns")),
+        what_if=ledger.what_if(ledger.ns(gaps), host_removed_ns=ledger.ns(gaps)),
         evidence={"kernels": kernels, "gpu_ns_per_kernel": gpu_per_kernel, "host_ns_per_kernel": host_per_kernel,
                   "gpu_idle_fraction": idle, "idle_in_short_gaps_without_sync_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
                   "launch_calls": ev.get("launch_calls"), "launch_ns": ev.get("launch_ns")},
