@@ -192,6 +192,7 @@ class Analysis:
         windows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=self.WINDOW_KEYS)
         if windows.empty:
             self.__dict__["_gaps"] = pd.DataFrame({c: [] for c in A.GAP_COLUMNS})
+            self.__dict__["_busy_classes"] = pd.DataFrame({c: [] for c in L.BUSY_COLUMNS})
             self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
             return windows
         windows = windows.astype(np.int64)

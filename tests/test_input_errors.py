@@ -10,6 +10,7 @@ import sys
 from conftest import shared_trace
 
 import nsysanalyze
+from nsysanalyze.render.contract import report as contract_report
 
 
 def run_cli(*args):
@@ -98,7 +99,7 @@ def test_inputs_are_opened_read_only(tmp_path):
     os.utime(p, (1_000_000_000, 1_000_000_000))
     before = (digest(p), p.stat().st_mtime_ns, sorted(os.listdir(tmp_path)))
     with nsysanalyze.open(p) as a:
-        a.to_dict()
+        contract_report(a)
     assert run_cli("diagnose", "--format", "json", p).returncode == 0
     assert (digest(p), p.stat().st_mtime_ns, sorted(os.listdir(tmp_path))) == before  # no journal/WAL/lock files
 

@@ -15,6 +15,7 @@ import nsysanalyze
 from nsysanalyze import attribution as A
 from nsysanalyze import intervals, metrics
 from conftest import fixture_trace, shared_trace
+from nsysanalyze.render.contract import report as contract_report
 
 REAL = ["h200/resnet18-baseline-nvtx.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite",
         "public/pipit__perlmutter-cloverleaf-cuda.sqlite"]
@@ -69,7 +70,7 @@ def test_htod_on_kernel_streams_over_several_streams_and_devices(tmp_path):
 
 def report(path, **kw) -> dict:
     with nsysanalyze.open(path, **kw) as a:
-        return a.to_dict()
+        return contract_report(a)
 
 
 SPREAD_DEVICES = [f"UPDATE {t} SET deviceId = rowid % 7" for t in

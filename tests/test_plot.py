@@ -8,6 +8,7 @@ from nsysanalyze.analysis import Analysis
 from nsysanalyze.cli import cli, main
 from nsysanalyze.render import plot
 from nsysanalyze.render.format import TIME_PARTITION
+from nsysanalyze.render.contract import report as contract_report
 
 NVTX = "h200/resnet18-baseline-nvtx.sqlite"
 BS8 = "h200/resnet18-bs8-nvtx0.2.17-dropped.sqlite"
@@ -16,7 +17,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def report(path):
     with Analysis(path) as a:
-        return a.to_dict()
+        return contract_report(a)
 
 
 def test_partition_stacks_to_the_window():

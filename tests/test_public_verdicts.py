@@ -4,7 +4,7 @@ for a program that is not PyTorch."""
 import pytest
 
 import nsysanalyze
-from nsysanalyze.analysis import report as analyze_file
+from nsysanalyze.render.contract import report_of as analyze_file
 
 from conftest import shared_trace
 

@@ -13,6 +13,7 @@ from conftest import shared_trace
 from nsysanalyze import batch, ranks
 from nsysanalyze.cli import cli, main
 from nsysanalyze.render import ranks as ranks_render
+from nsysanalyze.render.contract import report as contract_report
 
 RESNET = "h200/resnet18-baseline-nvtx.sqlite"
 TWO_PROCESSES = "public/nsys-ai__mfu_2gpu_after.sqlite"
@@ -20,7 +21,7 @@ TWO_PROCESSES = "public/nsys-ai__mfu_2gpu_after.sqlite"
 
 def report(rel: str) -> dict:
     with nsysanalyze.open(shared_trace(rel)) as a:
-        return a.to_dict()
+        return contract_report(a)
 
 
 @pytest.fixture

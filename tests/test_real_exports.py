@@ -7,6 +7,7 @@ import pytest
 
 import nsysanalyze
 from conftest import shared_trace
+from nsysanalyze.render.contract import report as contract_report
 
 # file -> (nsys version prefix, schema, step family, steps, GPU devices (process, device) in use)
 EXPECTED = {
@@ -25,7 +26,7 @@ EXPECTED = {
 def test_versions_steps_devices(rel):
     version, schema, family, n_steps, n_devices = EXPECTED[rel]
     with nsysanalyze.open(shared_trace(rel)) as a:
-        d = a.to_dict()
+        d = contract_report(a)
     assert d["trace"]["nsys_version"].startswith(version)
     assert d["trace"]["schema_version"] == schema
     assert d["trace"]["step_family"] == family

@@ -13,6 +13,7 @@ from nsysanalyze.analysis import Analysis
 from nsysanalyze.cli import cli, main
 from nsysanalyze.errors import InputError
 from nsysanalyze.trace.redact import redact, shorten_paths
+from nsysanalyze.render.contract import report as contract_report
 
 LEAKS = re.compile(rb"IS_SANDBOX|CONTAINER_NAME=|OLDPWD=|HOME=/|PATH=/")
 USER, HOST = b"alice-q", b"gpu-node-17"
@@ -22,7 +23,7 @@ ENV = {"IS_SANDBOX": "1", "CONTAINER_NAME": "job-4711", "OLDPWD": "/home/alice-q
 
 def report(path) -> str:
     with Analysis(path) as a:
-        d = a.to_dict()
+        d = contract_report(a)
     d["trace"].pop("path")
     return json.dumps(d, sort_keys=True, default=str)
 
@@ -150,7 +151,7 @@ def test_large_export_goes_through_a_scratch_file(raw_copy, tmp_path, monkeypatc
 
 def summary_metrics(path) -> str:
     """The metrics of a report (summary devices and steps; not the header, whose names redact shortens)."""
-    from nsysanalyze.analysis import report as analyze
+    from nsysanalyze.render.contract import report_of as analyze
 
     d = analyze(path)
     return json.dumps({"devices": d["summary"]["devices"], "steps": d["steps"],

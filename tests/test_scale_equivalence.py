@@ -27,6 +27,7 @@ from nsysanalyze.analysis import Analysis
 from nsysanalyze.intervals import Coverage, count_in_windows, group_indices, intersection_within, union
 from nsysanalyze.trace import tables
 from nsysanalyze.trace.tables import pid_of
+from nsysanalyze.render.contract import report as contract_report
 
 REAL = ["h200/resnet18-baseline-nvtx.sqlite", "h200/resnet18-baseline-cudaonly.sqlite",
         "public/sc23-openmp-tutorial__report3.sqlite", "public/pipit__perlmutter-cloverleaf-cuda.sqlite",
@@ -64,12 +65,12 @@ def straightforward(path, monkeypatch, **kw) -> dict:
     with monkeypatch.context() as m:
         m.setattr(tables, "COLUMNAR", False)
         with Straightforward(path, **kw) as a:
-            return a.to_dict()
+            return contract_report(a)
 
 
 def fast(path, **kw) -> dict:
     with nsysanalyze.open(path, **kw) as a:
-        return a.to_dict()
+        return contract_report(a)
 
 
 def _repeat(factory, rel: str, copies: int) -> Path:
@@ -144,7 +145,7 @@ def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, mon
         n = conn.execute("UPDATE StringIds SET value = 'cudaFancyFill_v1' WHERE value LIKE 'cudaMemsetAsync%'").rowcount
     assert n == 1
     with Analysis(path) as a:
-        a.to_dict()
+        contract_report(a)
         rt = a.trace.runtime
     with Analysis(path) as a:
         a._step_windows
@@ -201,7 +202,7 @@ def reference_gpu_metrics(windows: pd.DataFrame, k: pd.DataFrame, m: pd.DataFram
                                  "public/nsightful__power_iteration__baseline.sqlite"])
 def test_gpu_metrics_match_elementary_segments(rel):
     with Analysis(shared_trace(rel), step_range="^ncclGroupEnd$" if "mfu" in rel else None) as a:
-        a.to_dict()
+        contract_report(a)
         t = a.trace
         windows = pd.concat([a._step_windows, a._capture_windows], ignore_index=True)
         windows = windows[["globalPid", "deviceId", "window_start", "window_end"]].astype(np.int64)

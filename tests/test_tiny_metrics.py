@@ -6,6 +6,7 @@ import pytest
 import nsysanalyze
 from conftest import P, Q, T
 from tiny import gpid
+from nsysanalyze.render.contract import report as contract_report
 
 
 @pytest.fixture
@@ -104,7 +105,7 @@ def test_subranges(analysis):
 
 
 def test_info_and_json_contract(analysis):
-    d = analysis.to_dict()
+    d = contract_report(analysis)
     assert d["format_version"] == 2
     assert d["trace"]["nsys_version"] == "2023.4.4.54" and d["trace"]["schema_version"] == "3.7.2"
     assert {(x["globalPid"], x["deviceId"]) for x in d["trace"]["devices"]} == {(gpid(P), 0), (gpid(P), 1), (gpid(Q), 0)}
