@@ -1,0 +1,47 @@
+"""Predicted vs realized gains on the project's own bad→fixed capture pairs (fixtures/fix_pairs.json).
+
+    python bench/fix_pairs.py            # markdown table, as in fixtures/README.md
+
+For each pair: the bad capture's gain for the rule the fix addresses (its what-if bound), the realized
+difference of the profiled step medians (the ledgers' windows; per sample when the fix changed the batch)
+and of the unprofiled steps/s, and whether |predicted − realized| ≤ max(10% of the bad step, 30% of the
+realized gain) — the test in tests/test_ledger.py.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import nsysanalyze  # noqa: E402
+from nsysanalyze.render.contract import report  # noqa: E402
+
+
+def main() -> None:
+    pairs = json.loads((ROOT / "fixtures" / "fix_pairs.json").read_text())
+    print("| bad → fixed | fix | rule | bad step | fixed step | predicted | realized (profiled) | realized (unprofiled) | within |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for p in pairs:
+        reports = {}
+        for side in ("bad", "fixed"):
+            with nsysanalyze.open(ROOT / "fixtures" / p[side]) as a:
+                reports[side] = report(a)
+        scale = p.get("samples_ratio", 1.0) if p.get("per", "step") == "sample" else 1.0
+        bad, fixed = reports["bad"]["ledger"][0]["window_ns"], reports["fixed"]["ledger"][0]["window_ns"] / scale
+        found = [f for f in reports["bad"]["findings"] if f["rule"] == p["rule"]]
+        predicted = found[0]["gain_ns"] if found else 0.0
+        realized = bad - fixed
+        unprofiled = ""
+        if p.get("bad_steps_per_s") and p.get("fixed_steps_per_s"):
+            unprofiled = f"{1e3 / p['bad_steps_per_s'] - 1e3 / (p['fixed_steps_per_s'] * scale):,.1f} ms"
+        ok = abs(predicted - realized) <= max(0.1 * bad, 0.3 * abs(realized))
+        print(f"| `{Path(p['bad']).stem}` → `{Path(p['fixed']).stem}` | {p['fix']} | `{p['rule']}` | {bad / 1e6:,.1f} ms "
+              f"| {fixed / 1e6:,.1f} ms | {predicted / 1e6:,.1f} ms | {realized / 1e6:,.1f} ms | {unprofiled} "
+              f"| {'yes' if ok else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
