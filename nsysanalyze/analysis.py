@@ -383,9 +383,20 @@ class Analysis:
         per = M.htod_on_kernel_streams(self._kernels, self._memcpys)
         return dict(zip(zip(per["globalPid"].astype(int), per["deviceId"].astype(int)), per["htod_on_kernel_streams_fraction"]))
 
+    @cached_property
+    def _kernel_repeats(self) -> dict[tuple[int, int], float]:
+        """(globalPid, deviceId) -> median launches per distinct kernel name (about 1: a one-shot program)."""
+        t = self.kernel_table()
+        if t.empty:
+            return {}
+        med = t.groupby(["globalPid", "deviceId"])["count"].median()
+        return {(int(p), int(d)): float(v) for (p, d), v in med.items()}
+
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
-        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy)."""
-        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan")))}
+        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy),
+        and the median launches per kernel name (kernel_repeats)."""
+        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan"))),
+                "kernel_repeats": self._kernel_repeats.get((pid, dev), float("nan"))}
 
     def findings(self) -> list[Finding]:
         """Every device's findings, largest gain first."""

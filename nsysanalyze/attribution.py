@@ -4,11 +4,19 @@ The stage between metrics and rules. On each device (globalPid, deviceId) the id
 the complement of kernels ∪ memcpys ∪ memsets inside the capture window. Each idle ns is given to
 the first of these host states that holds at that instant (precedence, highest first):
 
+0. ``warmup`` — the program warming up, on any thread of the process: an NVTX range named like
+   compilation, JIT or autotuning (WARMUP_RANGE: nvFuser's ``…::compile``, ``NVRTC``, torch.compile's
+   ``Torch-Compiled Region``…), a module-loading CUDA call (``cuModuleLoad*``, ``cuLibraryLoad*``), or a
+   launch call of at least LONG_LAUNCH_NS (a launch costs µs; one that holds the host for a millisecond
+   while the GPU idles is loading or JIT-compiling its module: lazy loading on first launch), or an
+   allocation call of at least LONG_INIT_NS while the GPU idles (``cudaFree(0)``, the first
+   ``cudaMalloc``: CUDA context creation);
 1. ``cuda_blocking`` — a CUDA call that holds the host while the GPU idles: synchronous memcpy,
    ``cuda*Synchronize``, ``cudaMalloc``/``cudaFree``/``cudaHostAlloc`` …, and ``cudaMemcpyAsync``
    (which blocks when the host memory is pageable; cause = API name);
 2. ``os_runtime`` — an OS runtime call that does work (munmap, mmap, read, write, ioctl, …) on such
-   a thread or the primary thread (only when OSRT was captured; cause = call name);
+   a thread or the primary thread (only when OSRT was captured; cause = call name); an OS call made
+   inside a CUDA call of its thread belongs to that call (the ``ioctl`` of a launch is the launch);
 3. ``launch`` — time inside kernel/graph launch APIs on a launching thread;
 4. ``os_wait`` — an OS wait (pthread_cond_wait, futex, poll, select, sem_wait, sleep, recv …) on the
    primary thread: the host waits on something else (a loader worker, a lock). Waits of helper
@@ -43,13 +51,18 @@ from .intervals import Coverage, group_indices, is_sorted, row_blocks, unique_so
 from .steps import group_name, rows_by_process
 from .trace.tables import pid_of
 
-LEVELS = ["cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
+LEVELS = ["warmup", "cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
+WARMUP, BLOCKING, OS_ACTIVE, LAUNCH, WAIT, RANGE = range(6)  # LEVELS' indices (untraced: the rest)
 UNTRACED = "host work outside traced calls"
 OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|spin)_\w*lock|pthread_join|"
                      r"pthread_barrier_wait|sem_(timed|clock)?wait|futex|poll|ppoll|select|pselect6?|"
                      r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
                      r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
 SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch/dispatch gaps
+LONG_LAUNCH_NS = 1_000_000  # a launch call this long while the GPU idles is loading its module (1000x a launch)
+LONG_INIT_NS = 10_000_000   # an allocation call this long while the GPU idles is creating the CUDA context
+WARMUP_RANGE = re.compile(r"(?i).*(compil|\bjit\b|nvrtc|autotun|\btuning|warm.?up|codegen|lowering|"
+                          r"dynamo|inductor|Torch-Compiled Region).*")
 IDLE_CHUNK = 1 << 17    # idle intervals attributed at a time (bounds the per-segment temporaries)
 GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "short_gap", "ns"]
 SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
@@ -125,30 +138,42 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         nvtx = nvtx[_during_idle(nvtx, devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
-    blocking = ~launching  # sync copies and waits, async copies (blocking when pageable), allocations
-    if blocking.any():
-        rows = runtime[blocking]
-        parts.append(_labelled(rows, rt_pid[blocking], 0, rows["nameId"].map(base_names).fillna("cuda call").to_numpy()))
-    if launching.any():
-        parts.append(_labelled(runtime[launching], rt_pid[launching], 2,
-                               pd.Categorical.from_codes(np.zeros(int(launching.sum()), np.int8), ["kernel launch"])))
+    took = (runtime["end"] - runtime["start"]).to_numpy()
+    loading = (runtime["api"] == "module_load").to_numpy() | (runtime["api"] == "alloc").to_numpy() & (took >= LONG_INIT_NS)
+    long_launch = launching & (took >= LONG_LAUNCH_NS)
+    blocking = ~launching & ~loading  # sync copies and waits, async copies (blocking when pageable), allocations
+    for mask, level in ((blocking, BLOCKING), (loading, WARMUP)):
+        if mask.any():
+            rows = runtime[mask]
+            parts.append(_labelled(rows, rt_pid[mask], level, rows["nameId"].map(base_names).fillna("cuda call").to_numpy()))
+    for mask, level, label in ((launching & ~long_launch, LAUNCH, "kernel launch"),
+                               (long_launch, WARMUP, "kernel launch loading its module")):
+        if mask.any():
+            parts.append(_labelled(runtime[mask], rt_pid[mask], level,
+                                   pd.Categorical.from_codes(np.zeros(int(mask.sum()), np.int8), [label])))
+    if len(osrt):
+        osrt = osrt[~_inside_cuda_calls(osrt, runtime)]
     if len(osrt):
         tid = osrt["globalTid"].to_numpy()
         is_primary = np.isin(tid, list(primary.values()))
         wait = osrt["name"].str.fullmatch(OS_WAIT).to_numpy()
         active = ~wait & (is_primary | np.isin(tid, list(launch_tids)))
-        for mask, level in ((active, 1), (wait & is_primary, 3)):
+        for mask, level in ((active, OS_ACTIVE), (wait & is_primary, WAIT)):
             if mask.any():
                 rows = osrt[mask]
                 parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].to_numpy()))
+    warming = nvtx["name"].astype(str).str.fullmatch(WARMUP_RANGE).to_numpy() if len(nvtx) else np.zeros(0, bool)
+    if warming.any():  # on any thread: nvFuser and torch.compile compile on worker threads
+        rows = nvtx[warming]
+        parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), WARMUP, group_name(rows["name"]).to_numpy()))
     if len(nvtx) and primary:
-        on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values()))
+        on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values())) & ~warming
         if len(step_ranges):  # the step ranges themselves are the windows, not causes
             step_key = pd.MultiIndex.from_frame(step_ranges[["globalTid", "cpu_start", "cpu_end"]])
             on_primary &= ~pd.MultiIndex.from_arrays([nvtx["globalTid"], nvtx["start"], nvtx["end"]]).isin(step_key)
         rows = nvtx[on_primary]
         if len(rows):
-            parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), 4, group_name(rows["name"]).to_numpy()))
+            parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), RANGE, group_name(rows["name"]).to_numpy()))
     cols = ["start", "end", "globalPid", "level", "cause"]
     if not parts:
         return pd.DataFrame({c: [] for c in cols}).astype({"start": np.int64, "end": np.int64, "globalPid": np.int64,
@@ -156,6 +181,29 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     cause = pd.api.types.union_categoricals([p["cause"].array for p in parts])
     frame = pd.concat([p.drop(columns="cause") for p in parts], ignore_index=True).assign(cause=cause)
     return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
+
+
+def _inside_cuda_calls(osrt: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
+    """Mask of the OS calls made inside a CUDA call of their own thread (the call's work, e.g. a launch's
+    ioctl): the last call of that thread to start at or before the OS call ends at or after it (a thread's
+    CUDA calls do not overlap). One sorted lookup per thread of the OS calls."""
+    inside = np.zeros(len(osrt), dtype=bool)
+    if not len(runtime):
+        return inside
+    o_tid, o_start, o_end = (osrt[c].to_numpy() for c in ("globalTid", "start", "end"))
+    r_tid, r_start, r_end = (runtime[c].to_numpy() for c in ("globalTid", "start", "end"))
+    calls = dict(group_indices(r_tid))
+    for (tid,), rows in group_indices(o_tid):
+        mine = calls.get((tid,), False)
+        if mine is False:
+            continue
+        s, e = (r_start, r_end) if mine is None else (r_start[mine], r_end[mine])
+        order = np.argsort(s, kind="stable")
+        s, reach = s[order], np.maximum.accumulate(e[order])
+        at = slice(None) if rows is None else rows
+        k = np.searchsorted(s, o_start[at], side="right") - 1
+        inside[at] = (k >= 0) & (reach[np.maximum(k, 0)] >= o_end[at])
+    return inside
 
 
 def _count_per_thread(tid: np.ndarray, mask: np.ndarray) -> pd.Series:

@@ -179,7 +179,7 @@ class Ledger:
         if kinds or causes:
             which = r["what"].isin(kinds).to_numpy() if kinds else np.zeros(len(r), dtype=bool)
             if causes:
-                which |= r["cause"].astype(str).str.fullmatch(causes).to_numpy()
+                which = which | r["cause"].astype(str).str.fullmatch(causes).to_numpy()
             mask = mask & which
         for tag, want in (("before_launch", before_launch), ("after_sync", after_sync), ("short_gap", short_gap)):
             if want is not None:

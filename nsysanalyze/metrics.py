@@ -52,6 +52,7 @@ API_PATTERNS = {
     "sync_wait": re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
                             r"cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize)(_v\d+)?(_ptsz)?$"),
     "async_copy": re.compile(r"^(cudaMemcpy\w*Async|cuMemcpy\w*Async)(_v\d+)?(_ptsz)?$"),
+    "module_load": re.compile(r"^(cuModuleLoad\w*|cuLibraryLoad\w*|cudaLibraryLoad\w*)(_v\d+)?$"),
     "alloc": re.compile(r"^(cudaMalloc(Host|Managed|Pitch|3D)?|cudaHostAlloc|cudaFree(Host)?|cudaHost(Un)?[Rr]egister|"
                         r"cuMemAlloc(Host|Managed|Pitch)?|cuMemFree(Host)?|cuMemHostAlloc|cuMemHost(Un)?[Rr]egister)"
                         r"(_v\d+)?$"),

@@ -21,7 +21,8 @@ from ..metrics import SUMMARY_MEDIAN_COLUMNS
 FORMAT_VERSION = 3
 
 OSRT_METRICS = ["munmap_count", "munmap_ns", "munmap_gpu_idle_ns", "step_median_munmap_gpu_idle_ns"]
-RUNTIME_METRICS = ["launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns"]
+RUNTIME_METRICS = ["launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns",
+                   "module_load_calls", "module_load_ns"]
 STEP_MEDIAN_KEYS = [f"step_median_{c}" for c in SUMMARY_MEDIAN_COLUMNS]
 INTEGER_SUFFIXES = ("_bytes", "_count", "_calls")
 

@@ -9,7 +9,9 @@ could remove at most). Findings are ordered by gain, largest first; informationa
 Confidence is the rule's own, times how much the window can be trusted (``confidence_factor``):
 ×0.8 for steps inferred from the kernel sequence, ×0.8 for a capture analyzed as one window (no
 steps: a one-shot program or no step ranges), ×0.85 with 2 steady steps and ×0.7 with one, and ×(steps'
-share of the capture / 0.5), at least 0.4, when the steps cover less than half of the capture.
+share of the capture / 0.5), at least 0.4, when the steps cover less than half of the capture. When the
+``warmup-capture`` finding holds at least half of the GPU idle, the other findings' confidence is halved
+(steady-state advice read from a warm-up capture).
 """
 from __future__ import annotations
 
@@ -134,16 +136,19 @@ def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns
 
 def all_rules() -> list[Rule]:
     """Every rule in order of precedence: a ledger row goes to the first rule that claims it. The most
-    specific cause first: pinning (idle in blocking copy calls and munmap, the pageable copies), then the
-    loader (host work before the step's first launch), copies back and host syncs (idle in and after
-    syncs), launch overhead (short gaps no sync explains), copy overlap (pinned copies not hidden), and
-    the DDP and collective rules (device-to-device copies, exposed NCCL)."""
-    from . import collectives, ddp, host_sync, input_pipeline, launch
+    specific cause first: warm-up (compilation, module loading), pinning (idle in blocking copy calls and
+    munmap, the pageable copies), the other host causes (file writes, allocator churn, unified memory,
+    MPI), then the loader (host work before the step's first launch), copies back and host syncs (idle
+    in and after syncs), launch overhead (short gaps no sync explains), copy overlap and the link (pinned
+    copies not hidden), and the DDP and collective rules (device-to-device copies, exposed NCCL)."""
+    from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch
     ip = input_pipeline
-    return [ip.pin_memory, ip.dataloader_workers, *host_sync.RULES, *launch.RULES, ip.copy_compute_overlap,
-            ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES]
+    return [host_causes.warmup_capture, ip.pin_memory, *host_causes.RULES, ip.dataloader_workers, *host_sync.RULES,
+            *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES]
 
 
+WARMUP_DOMINATES = 0.5   # warm-up idle share of all idle that halves the other findings' confidence
+ONE_SHOT_REPEATS = 2     # median launches per kernel name at most this: the capture is one first run
 UNEXPLAINED_IDLE = 0.20   # GPU idle share of the step that must be explained
 SIGNIFICANT_PCT = 5.0     # a finding this large (% of the step) silences input-pipeline-ok
 EXPLAINED_SHARE = 0.5     # ...at least this share of it by the idle rules' findings
@@ -186,6 +191,11 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
                 claim = np.zeros(len(ev.ledger.rows), dtype=bool)
                 claim[f.claimed] = True
                 ev = replace(ev, ledger=ev.ledger.claim(f.rule, claim))
+        warmup = [f for f in mine if f.rule == "warmup-capture"]
+        if warmup and warmup[0].gain_ns >= WARMUP_DOMINATES * ev.get("idle_ns"):
+            for f in mine:  # steady-state advice from a warm-up capture is a guess
+                if f.rule != "warmup-capture":
+                    f.confidence = round(f.confidence * 0.5, 2)
         rest = unexplained_idle(ev, mine)
         if rest is not None:
             rest.confidence = round(rest.confidence * ev.facts.get("confidence_factor", 1.0), 2)
@@ -211,18 +221,24 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
            .sort_values("ns", ascending=False, kind="stable").head(3).to_dict("records"))  # the largest unclaimed causes
     causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {r['ns'] / 1e6:.1f} ms)" for r in top)
     first = top[0]
-    what = {"nvtx_range": f"the host work inside '{first['cause']}'",
+    what = {"warmup": f"warm-up ({first['cause']})", "nvtx_range": f"the host work inside '{first['cause']}'",
             "untraced": "host work that no traced call covers (Python/CPU code between GPU calls)",
             "cuda_blocking": f"the blocking {first['cause']} calls", "os_runtime": f"the {first['cause']} calls",
             "os_wait": f"what the host waits for in {first['cause']}", "launch": "kernel launch overhead"}
+    one_shot = ev.per == "capture" and ev.facts.get("kernel_repeats", 99) <= ONE_SHOT_REPEATS
+    fix = (f"Most of the GPU idle comes from {what[first['cause_kind']]}: take that work off the GPU's critical "
+           "path (run it ahead of or beside the GPU work, in a background thread/process, or on the GPU).")
+    if one_shot:
+        fix = ("This capture is one first run (its kernels run about once each): its host time is setup, compilation "
+               "and first launches, not a steady state. Profile a loop of iterations after warm-up "
+               "(--capture-range=cudaProfilerApi) before optimizing it.")
     return make_finding(
         ev, "gpu-idle-unexplained",
         f"GPU idle {idle:.0%} of the {ev.per}; the GPU waited on: {causes}",
         confidence=0.5, gain_ns=unclaimed, claim=free,
         what_if=ev.ledger.what_if(unclaimed, host_removed_ns=unclaimed),
         evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": idle_ns, "explained_by_findings_ns": explained,
+                  "launches_per_kernel_name": ev.facts.get("kernel_repeats", float("nan")),
                   **{f"cause_{i + 1}": f"{r['cause_kind']}: {r['cause']}" for i, r in enumerate(top)},
                   **{f"cause_{i + 1}_ns": float(r["ns"]) for i, r in enumerate(top)}},
-        fix=f"Most of the GPU idle comes from {what[first['cause_kind']]}: take that work off the GPU's critical "
-            "path (run it ahead of or beside the GPU work, in a background thread/process, or on the GPU).",
-        snippet="")
+        fix=fix, snippet="")

@@ -21,6 +21,7 @@ PAGEABLE_SHARE = 0.5       # share of HtoD bytes from pageable memory that calls
 HIDDEN_OVERLAP = 0.8       # HtoD/kernel overlap counted as hidden
 IDLE_OK = 0.10             # GPU idle fraction counted as saturated
 MIN_GAIN_SHARE = 0.01      # a fix must be able to save at least this share of the step
+MIN_SHARE_LINK = 0.05      # exposed copies at the link's rate worth a finding, as a share of the step
 HOST_WORK = ("nvtx_range", "untraced", "os_wait", "os_runtime")  # the host busy (or waiting) on its own work
 AFTER_SYNC_WORK = ("untraced", "launch", "cuda_blocking", "nvtx_range")  # host work a sync exposes (not OS calls)
 COPY_API = r"cu(da)?Memcpy\w*"
@@ -94,12 +95,47 @@ cudaStreamWaitEvent(compute_stream, copied, 0);
                 "current one computes (double buffering).", ""),
 }
 
+SLOW_WORKERS_FIX = {
+    "pytorch": ("The DataLoader already has workers (they hand batches over shared memory: munmap in the step) but "
+                "cannot keep up: more workers, a cheaper __getitem__ (decode/resize once, cache), and augmentation "
+                "on the GPU on whole batches.", """
+train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=16,   # more, up to the free cores
+                          persistent_workers=True, prefetch_factor=4, pin_memory=True)
+# augment on the GPU, per batch: torchvision.transforms.v2 on CUDA tensors (or NVIDIA DALI)
+"""),
+    "default": ("The loader's workers cannot keep up: more of them, cheaper per-sample work, augmentation on the GPU.",
+                ""),
+}
+BEFORE_LAUNCH_FIX = {
+    "default": ("The host works before launching each step while the GPU waits, with no sign of data loading: "
+                "prepare step N+1's work while the GPU runs step N (a background thread or process), or move it "
+                "to the GPU.", ""),
+}
+LINK_FIX = {
+    "pytorch": ("The copies are pinned, asynchronous and at the link's rate, with too little compute to hide them: "
+                "only moving fewer bytes helps — keep the data resident on the GPU, send lower precision "
+                "(uint8/bf16, convert on the GPU), or compress.", """
+x = batch_uint8.to(device, non_blocking=True).float().div_(255)   # 4x fewer bytes than float32
+"""),
+    "default": ("The copies are pinned, asynchronous and at the link's rate, with too little compute to hide them: "
+                "only moving fewer bytes helps — keep data resident on the device, send lower precision, compress.",
+                ""),
+}
+LOADER_RANGE = re.compile(r"(?i).*(batch|data|load|input|fetch|prefetch|sampl|augment|collat|decode|read).*")
+LINK_RATE_SHARE = 0.8      # achieved pinned copy rate, as a share of the link class, counted as at the limit
+
 OK_FIX = {
     "pytorch": ("Stop tuning data loading; the step is bound by GPU compute: look at the kernels "
                 "(`nsysanalyze kernels`; mixed precision, torch.compile, larger batch).", ""),
     "default": ("Stop tuning data transfer; the step is bound by GPU compute: look at the kernels "
                 "(`nsysanalyze kernels`).", ""),
 }
+
+
+def loads_data(ev: Evidence) -> bool:
+    """Evidence of data loading in the step: a host-to-device copy every step, or a loader-like NVTX sub-range
+    (a copy that happens once in a capture is an upload, not an input pipeline)."""
+    return (ev.per == "step" and ev.get("htod_count") >= 1) or any(LOADER_RANGE.fullmatch(n) for n in ev.subranges)
 
 
 def dataloader_workers(ev: Evidence) -> Finding | None:
@@ -122,15 +158,19 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
     (top_kind, top_cause), top_ns = top.index[0], float(top.iloc[0])
     where = {"nvtx_range": f"'{top_cause}'", "untraced": "code no traced call covers (Python/CPU work)"}.get(
         top_kind, str(top_cause))
-    fix, snippet = pick(WORKERS_FIX, ev.framework)
+    loading = loads_data(ev)
+    workers = ev.get("munmap_count") >= 1  # DataLoader workers hand batches over shared memory
+    fix, snippet = (pick(SLOW_WORKERS_FIX if workers else WORKERS_FIX, ev.framework) if loading
+                    else pick(BEFORE_LAUNCH_FIX, ev.framework))
     return make_finding(
-        ev, "dataloader-workers",
+        ev, "dataloader-workers" if loading else "host-before-launch",
         f"GPU idle {idle:.0%} of the step; {pre_ns / 1e6:.1f} ms of it before the step's first launch while the "
         f"host works in {where}",
         confidence=0.9 if pre_ns >= 0.5 * ev.get("idle_ns") else 0.7,
         gain_ns=pre_ns, claim=claim, what_if=ledger.what_if(pre_ns, host_removed_ns=pre_ns),
         evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": ev.get("idle_ns"), "idle_before_first_launch_ns": pre_ns,
-                  "top_cause": str(top_cause), "top_cause_kind": str(top_kind), "top_cause_idle_ns": top_ns},
+                  "top_cause": str(top_cause), "top_cause_kind": str(top_kind), "top_cause_idle_ns": top_ns,
+                  "loader_workers_seen": float(workers)},
         fix=fix, snippet=snippet,
     )
 
@@ -199,7 +239,7 @@ def pin_memory(ev: Evidence) -> Finding | None:
     if idle_mm > 0:
         title += (f"; {ev.get('munmap_count'):.0f} munmap calls ({ev.get('munmap_ns') / 1e6:.1f} ms) leave the GPU "
                   f"idle {idle_mm / 1e6:.1f} ms")
-    fix, snippet = pick(PIN_FIX, ev.framework)
+    fix, snippet = pick(PIN_FIX, ev.framework if loads_data(ev) or ev.framework != "pytorch" else "default")
     return make_finding(ev, "pin-memory", title,
                         confidence=0.9 if idle_mm > 0 or blocked_ns > 0 else 0.75,
                         gain_ns=removable, claim=copies | in_calls | after | munmap,
@@ -222,6 +262,8 @@ def copy_compute_overlap(ev: Evidence) -> Finding | None:
     claim = ledger.busy("htod_pinned", "htod_pageable")
     compute_free = max(0.0, ev.get("kernel_ns") - ev.get("memcpy_hidden_ns"))
     removable = min(ledger.ns(claim), exposed) if len(ledger.rows) else exposed
+    if not significant(ev, min(removable, compute_free)):  # nothing to hide the copies under: link-bound's
+        return None
     fix, snippet = pick(OVERLAP_FIX, ev.framework)
     return make_finding(
         ev, "copy-compute-overlap",
@@ -235,6 +277,32 @@ def copy_compute_overlap(ev: Evidence) -> Finding | None:
                   "htod_on_kernel_streams_fraction": ev.facts.get("htod_on_kernel_streams_fraction", float("nan"))},
         fix=fix, snippet=snippet,
     )
+
+
+def link_bound(ev: Evidence) -> Finding | None:
+    """Pinned, asynchronous host-to-device copies at the link's rate with too little compute to hide them:
+    bound by the link. Claims the exposed pinned copies left; moving half the bytes (lower precision)
+    would save at most half of them."""
+    pinned_ns, pinned_bytes = ev.get("htod_pinned_ns"), ev.get("htod_pinned_bytes")
+    if not pinned_ns or pageable_share(ev) >= PAGEABLE_SHARE or ev.get("sync_copy_calls") >= 1:
+        return None
+    ledger = ev.ledger
+    claim = ledger.busy("htod_pinned")
+    exposed = ledger.ns(claim)
+    rate = pinned_bytes / pinned_ns  # bytes/ns = GB/s
+    link = next((bw for pattern, _, bw in PCIE_CLASS if pattern.search(ev.gpu_name)), PCIE_DEFAULT[1])
+    if rate < LINK_RATE_SHARE * link or not significant(ev, exposed) or exposed < MIN_SHARE_LINK * ev.window_ns:
+        return None
+    fix, snippet = pick(LINK_FIX, ev.framework)
+    return make_finding(
+        ev, "link-bound",
+        f"Host-to-device copies run at {rate:.1f} GB/s, the link's rate, and {exposed / 1e6:,.1f} ms of them per "
+        f"{ev.per} have no compute to hide under: only fewer bytes help",
+        confidence=0.75, gain_ns=exposed / 2, claim=claim,
+        what_if=ledger.what_if(exposed / 2, busy_removed_ns=exposed / 2, caps={"half the bytes": exposed / 2}),
+        evidence={"htod_pinned_bytes": pinned_bytes, "htod_pinned_ns": pinned_ns, "achieved_gbps": rate,
+                  "link_class_gbps": link, "htod_exposed_ns": exposed, "kernel_ns": ev.get("kernel_ns")},
+        fix=fix, snippet=snippet)
 
 
 def input_pipeline_ok(ev: Evidence) -> Finding | None:
@@ -258,5 +326,3 @@ def input_pipeline_ok(ev: Evidence) -> Finding | None:
         fix=fix, snippet=snippet,
     )
 
-
-RULES = [dataloader_workers, pin_memory, copy_compute_overlap, input_pipeline_ok]

@@ -1,0 +1,175 @@
+"""Host causes beyond the loader, from one table of cause classes (name pattern → title, fix per framework).
+
+Each class claims the ledger rows of its cause — idle rows whose cause kind and name match its
+pattern, busy rows of its classes — when they take at least MIN_SHARE of the window. Its fix removes
+that idle from the host's critical path (and that busy time from the GPU's), so the bound is the usual
+one: at most the rows, at most the window less the GPU and host work left.
+
+- ``warmup-capture``: compilation, JIT, autotuning or module loading (the attribution's ``warmup``
+  cause kind): the capture is warm-up, not steady state; profile after it.
+- ``file-io``: writes, syncs and file opens inside the step (a checkpoint or log written every step).
+- ``allocator-churn``: device or pinned memory allocated and freed while the GPU waits
+  (``torch.cuda.empty_cache()`` every step, shapes that change, a pinned buffer made per step).
+- ``unified-memory``: unified-memory migrations (copyKind 11–13) on the critical path.
+- ``mpi-wait``: the host inside MPI calls while the GPU idles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import Evidence, Finding, make_finding
+from .fixes import Fix, pick
+
+MIN_SHARE = 0.05   # a host cause worth its own finding, as a share of the window
+WRITE_CALLS = r"(f?write\w*|writev|pwritev?\d*|fsync|fdatasync|sync_file_range|fflush|msync)"
+FILE_CALLS = r"(f?open(64|at|at64)?|fclose|close|creat\w*|rename\w*|unlink\w*|f?truncate\w*)"
+ALLOC_CALLS = (r"cu(da)?(Malloc\w*|Free\w*|HostAlloc|Host(Un)?[Rr]egister|MemAlloc\w*|MemFree\w*|MemHostAlloc|"
+               r"MemHost(Un)?[Rr]egister|MemPool\w*)")
+
+WARMUP_FIX = {
+    "pytorch": ("The capture holds warm-up, not steady state: compilation, autotuning and module loading run once. "
+                "Profile steps after warm-up: start the capture after N iterations (nsys "
+                "--capture-range=cudaProfilerApi with torch.cuda.profiler.start()/stop() around the steps to measure), "
+                "and judge the steady steps only.", """
+for step, batch in enumerate(loader):
+    if step == WARMUP_STEPS: torch.cuda.profiler.start()     # nsys profile --capture-range=cudaProfilerApi
+    train_step(batch)
+    if step == WARMUP_STEPS + 5: torch.cuda.profiler.stop(); break
+"""),
+    "cuda": ("The capture holds warm-up (module loading / JIT compilation on first launch): run a few iterations "
+             "first and start the capture after them (cudaProfilerStart with nsys --capture-range=cudaProfilerApi), "
+             "or load modules eagerly (CUDA_MODULE_LOADING=EAGER) so the steady state is what you measure.", """
+for (int it = 0; it < warmup + iters; ++it) {
+    if (it == warmup) cudaProfilerStart();     // nsys profile --capture-range=cudaProfilerApi
+    step();
+}
+cudaProfilerStop();
+"""),
+    "default": ("The capture holds warm-up (compilation, autotuning or module loading, which run once): start the "
+                "capture after warm-up (nsys --capture-range=cudaProfilerApi, or --delay) and judge the steady state.",
+                ""),
+}
+FILE_IO_FIX = {
+    "pytorch": ("Write checkpoints and logs less often and off the training thread: save every N steps, and "
+                "asynchronously (torch.distributed.checkpoint.async_save, or a background thread writing a CPU copy).",
+                """
+if step % 1000 == 0:                                       # not every step
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    threading.Thread(target=torch.save, args=(state, path)).start()
+# or: torch.distributed.checkpoint.async_save(model.state_dict(), checkpoint_id=path)
+"""),
+    "default": ("Files are written (and synced) inside the step while the GPU waits: write less often, "
+                "asynchronously, from another thread or process than the one launching GPU work.", ""),
+}
+ALLOC_FIX = {
+    "pytorch": ("Device (or pinned) memory is allocated and freed every step while the GPU waits: drop "
+                "torch.cuda.empty_cache() from the loop, keep shapes static (pad to a few sizes) so the caching "
+                "allocator reuses its blocks, and allocate pinned buffers once.", """
+# remove: torch.cuda.empty_cache()   (it returns cached blocks, so the next step allocates them again)
+host_buf = torch.empty(shape, pin_memory=True)            # once, outside the loop
+"""),
+    "cuda": ("cudaMalloc/cudaFree (or cudaHostAlloc) run every iteration and synchronize the device: allocate once "
+             "before the loop and reuse, or use the stream-ordered allocator (cudaMallocAsync/cudaFreeAsync).", """
+cudaMalloc(&d_buf, bytes);                 // once, before the loop
+for (int it = 0; it < iters; ++it) { /* reuse d_buf */ }
+// or per iteration: cudaMallocAsync(&d_tmp, bytes, stream); ...; cudaFreeAsync(d_tmp, stream);
+"""),
+    "default": ("Memory is allocated and freed every iteration while the GPU waits: allocate once and reuse, or use "
+                "a stream-ordered/caching allocator.", ""),
+}
+UNIFIED_FIX = {
+    "cuda": ("Unified-memory pages migrate on demand while the GPU works: prefetch them before the kernels "
+             "(cudaMemPrefetchAsync to the device, and back only what the host reads), or use explicit copies.", """
+cudaMemPrefetchAsync(data, bytes, device, stream);        // before the kernels that touch it
+kernel<<<grid, block, 0, stream>>>(data);
+cudaMemPrefetchAsync(data, bytes, cudaCpuDeviceId, stream); // only if the host reads it next
+"""),
+    "default": ("Unified-memory pages migrate on demand on the critical path: prefetch them to the device before use "
+                "(cudaMemPrefetchAsync; cupy: explicit device arrays) or copy explicitly.", ""),
+}
+MPI_FIX = {
+    "default": ("The host waits in MPI while the GPU idles: use CUDA-aware MPI on device buffers (no staging "
+                "through the host), and overlap communication with compute (non-blocking MPI_Isend/MPI_Irecv, wait "
+                "only where the data is needed).", ""),
+}
+
+
+@dataclass(frozen=True)
+class CauseClass:
+    """One host cause: the ledger rows it claims (idle rows of ``kinds`` whose cause fully matches ``causes``,
+    optionally only those not before the step's first launch; busy rows of ``busy``) and its words."""
+
+    rule: str
+    title: str                    # '{ms} ms ... per {per}' (formatted with the claimed ms and the window's unit)
+    fixes: dict[str, Fix]
+    kinds: tuple[str, ...] = ()
+    causes: str | None = None
+    busy: tuple[str, ...] = ()
+    after_launch_only: bool = False
+    confidence: float = 0.8
+    metrics: tuple[str, ...] = field(default_factory=tuple)  # Evidence.m keys shown as evidence
+
+
+CLASSES = [
+    CauseClass("warmup-capture", "The capture holds warm-up: {ms:,.1f} ms of GPU idle per {per} in compilation, "
+               "autotuning or module loading ({top})", WARMUP_FIX, kinds=("warmup",), confidence=0.85,
+               metrics=("module_load_calls", "module_load_ns")),
+    CauseClass("file-io", "Files written inside the {per}: the GPU waits {ms:,.1f} ms in {top}", FILE_IO_FIX,
+               kinds=("os_runtime",), causes=WRITE_CALLS),
+    CauseClass("file-io", "", FILE_IO_FIX, kinds=("os_runtime",), causes=FILE_CALLS, after_launch_only=True),
+    CauseClass("allocator-churn", "Memory allocated and freed every {per}: the GPU waits {ms:,.1f} ms in {top}",
+               ALLOC_FIX, kinds=("cuda_blocking",), causes=ALLOC_CALLS, metrics=("alloc_calls", "alloc_ns")),
+    CauseClass("unified-memory", "Unified-memory migrations take {ms:,.1f} ms of the GPU's {per}", UNIFIED_FIX,
+               busy=("unified",), confidence=0.75, metrics=("um_count", "um_bytes", "um_ns")),
+    CauseClass("mpi-wait", "The host waits in MPI while the GPU idles {ms:,.1f} ms per {per} ({top})", MPI_FIX,
+               causes=r"P?MPI_\w+", confidence=0.75),
+]
+
+
+def claim_of(ev: Evidence, cls: CauseClass) -> np.ndarray:
+    """The unclaimed ledger rows of one cause class."""
+    ledger = ev.ledger
+    mask = ledger.busy(*cls.busy) if cls.busy else np.zeros(len(ledger.rows), dtype=bool)
+    if cls.kinds or cls.causes:
+        mask = mask | ledger.idle(cls.kinds, cls.causes, before_launch=False if cls.after_launch_only else None)
+    return mask
+
+
+def host_cause(rule: str) -> "callable":
+    """The rule of one cause (its classes of CLASSES together: file-io is writes anywhere and file opens after
+    the first launch — before it they are the loader's)."""
+    classes = [c for c in CLASSES if c.rule == rule]
+    first = classes[0]
+
+    def check(ev: Evidence) -> Finding | None:
+        ledger = ev.ledger
+        claim = np.zeros(len(ledger.rows), dtype=bool)
+        for c in classes:
+            claim |= claim_of(ev, c)
+        ns = ledger.ns(claim)
+        if not ev.window_ns or ns < MIN_SHARE * ev.window_ns:
+            return None
+        rows = ledger.rows[claim]
+        busy_ns = float(rows.loc[rows["kind"] == "busy", "ns"].sum())
+        named = rows.assign(name=rows["cause"].where(rows["kind"] == "idle", rows["what"]))
+        top = named.groupby("name", sort=False)["ns"].sum().sort_values(ascending=False, kind="stable").head(3)
+        fix, snippet = pick(first.fixes, ev.framework)
+        return make_finding(
+            ev, rule,
+            first.title.format(ms=ns / 1e6, per=ev.per, top=", ".join(f"{n} {v / 1e6:,.1f} ms" for n, v in top.items())),
+            confidence=first.confidence, gain_ns=ns, claim=claim,
+            what_if=ledger.what_if(ns, busy_removed_ns=busy_ns, host_removed_ns=ns - busy_ns),
+            evidence={"claimed_ns": ns, **{f"cause_{i + 1}": n for i, n in enumerate(top.index)},
+                      **{f"cause_{i + 1}_ns": float(v) for i, v in enumerate(top.values)},
+                      **{k: ev.get(k) for k in first.metrics}},
+            fix=fix, snippet=snippet)
+
+    check.__name__ = rule.replace("-", "_")
+    check.__doc__ = f"Host cause {rule!r} (host_causes.CLASSES)."
+    return check
+
+
+warmup_capture = host_cause("warmup-capture")
+RULES = [host_cause(r) for r in ("file-io", "allocator-churn", "unified-memory", "mpi-wait")]
