@@ -540,7 +540,7 @@ def test_saved_report_whose_summary_is_not_an_object(tmp_path):
     from nsysanalyze.saved_report import read_report
 
     p = tmp_path / "bad.json"
-    p.write_text(json.dumps({"format_version": 2, "trace": {}, "summary": True}))
+    p.write_text(json.dumps({"format_version": 3, "trace": {}, "summary": True}))
     with pytest.raises(InputError, match="not a single-trace nsysanalyze JSON report"):
         read_report(p)
 

@@ -46,11 +46,11 @@ def test_qdstrm_says_how_to_import(tmp_path, capsys):
 
 def test_a_json_report_where_an_export_is_needed(tmp_path, capsys):
     saved = tmp_path / "report.json"
-    saved.write_text('{"format_version": 2}')
+    saved.write_text('{"format_version": 3}')
     err = fails(capsys, "kernels", saved)
     assert "is a JSON file" in err and "needs the nsys SQLite export" in err
     renamed = tmp_path / "report.sqlite"  # a saved report under the wrong suffix
-    renamed.write_text('  {"format_version": 2}')
+    renamed.write_text('  {"format_version": 3}')
     assert "is a JSON file" in fails(capsys, "diagnose", renamed)
 
 

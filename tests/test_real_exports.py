@@ -91,4 +91,4 @@ def test_cli_json_on_every_shared_export():
         proc = subprocess.run([sys.executable, "-m", "nsysanalyze", "diagnose", "--format", "json", f],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, (f, proc.stderr)
-        assert json.loads(proc.stdout)["format_version"] == 2
+        assert json.loads(proc.stdout)["format_version"] == 3

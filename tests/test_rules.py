@@ -1,8 +1,12 @@
-"""Rules are pure functions of Evidence (metrics + idle-gap attribution + framework): each fires on its
-cause and stays quiet otherwise. Evidence here is hand-built; expected gains are worked out in comments."""
+"""Rules are pure functions of Evidence (metrics + idle-gap attribution + ledger + framework): each fires on
+its cause and stays quiet otherwise. Evidence here is hand-built; expected gains are worked out in comments
+(a gain is the what-if bound: at most the ledger rows the fix removes, and at most the window less the
+larger of the GPU work and the host work the fix leaves; host work = cpu_ns less the time in CUDA calls
+that wait for the GPU)."""
 import pandas as pd
 import pytest
 
+from nsysanalyze.ledger import ROW_KEYS, Ledger
 from nsysanalyze.rules import Evidence, diagnose
 
 MS = 1_000_000
@@ -17,51 +21,102 @@ def gaps(*rows):
     return pd.DataFrame(rows, columns=["cause_kind", "cause", *GAP_VALUES]).astype({c: float for c in GAP_VALUES})
 
 
+def ledger_rows(gap_rows, m) -> pd.DataFrame:
+    """The ledger these metrics and attribution rows make: busy rows by class from the copy/NCCL metrics (the
+    rest of the busy time is compute), idle rows split by tag (before-launch ns are neither after a sync nor
+    in a short gap)."""
+    g = lambda k: float(m.get(k) or 0.0)  # noqa: E731
+    busy = {"nccl": g("nccl_exposed_ns") or g("nccl_allreduce_exposed_ns") or
+            g("nccl_sendrecv_exposed_ns") + g("nccl_allgather_exposed_ns") + g("nccl_reducescatter_exposed_ns"),
+            "htod_pageable": g("htod_pageable_ns") if g("htod_pageable_bytes") else 0.0,
+            "htod_pinned": g("htod_ns") - g("htod_hidden_ns") - (g("htod_pageable_ns") if g("htod_pageable_bytes") else 0),
+            "dtoh_pageable" if g("dtoh_pageable_bytes") else "dtoh_pinned": g("dtoh_ns") - g("dtoh_hidden_ns"),
+            "dtod": g("dtod_ns"), "unified": g("um_ns")}
+    busy["compute"] = max(0.0, g("busy_ns") - sum(busy.values()))
+    rows = [("busy", k, "", False, False, False, v) for k, v in busy.items() if v > 0]
+    for kind, cause, ns, before, after, short, short_after in (tuple(r) + (0,) * (7 - len(r)) for r in gap_rows):
+        parts = {(True, False, False): before, (False, True, True): short_after, (False, True, False): after - short_after,
+                 (False, False, True): short - short_after, (False, False, False): ns - before - after - short + short_after}
+        rows += [("idle", kind, cause, *tags, float(v)) for tags, v in parts.items() if v > 0]
+    return pd.DataFrame(rows, columns=[*ROW_KEYS, "ns"])
+
+
 def ev(facts=None, gap_rows=(), framework="pytorch", gpu="NVIDIA H200", scope="step median", **m):
     base = {"window_ns": 100 * MS, "cpu_ns": 100 * MS, "idle_fraction": 0.0, "idle_ns": 0.0}
     base.update(m)
+    base.setdefault("busy_ns", base["window_ns"] - base["idle_ns"])
     return Evidence(globalPid=1, deviceId=0, scope=scope, m=base, facts={"gpu_devices": 1, **(facts or {})},
-                    gaps=gaps(*gap_rows), framework=framework, gpu_name=gpu)
+                    gaps=gaps(*gap_rows), framework=framework, gpu_name=gpu,
+                    ledger=Ledger.of(ledger_rows(gap_rows, base), base))
 
 
 def rules(e):
     return [f.rule for f in diagnose([e])]
 
 
-PAGEABLE = dict(htod_bytes=200e6, htod_pageable_bytes=200e6, htod_pageable_ns=30 * MS, htod_ns=30 * MS)
+# the host waits 30 ms in the blocking copies: not host work of its own
+PAGEABLE = dict(htod_bytes=200e6, htod_pageable_bytes=200e6, htod_pageable_ns=30 * MS, htod_ns=30 * MS, htod_count=2,
+                async_copy_ns=30 * MS)
 
 
 def test_host_work_before_the_first_launch_is_the_loader_whatever_its_name():
-    # 75 ms of idle before the step's first launch inside 'IO {n}'; pinning 200 MB on an H200 (PCIe Gen5 class,
-    # 40 GB/s assumed: 5 ms) saves 30 - 5 = 25 ms
-    e = ev(idle_fraction=0.8, idle_ns=80 * MS, **PAGEABLE,
-           gap_rows=[("nvtx_range", "IO {n}", 75 * MS, 75 * MS, 0), ("untraced", "host work outside traced calls", 5 * MS, 0, 0)])
+    # 55 ms of idle before the step's first launch inside 'IO {n}'; the GPU is busy 40 ms (30 ms of it the
+    # pageable copies, which the host waits in). Loader: 55 ms (the host work left, 100 - 30 - 55 = 15 ms, and
+    # the GPU's 40 ms fit in the 45 ms left). Pinning 200 MB on an H200 (PCIe Gen5 class, 40 GB/s assumed:
+    # 5 ms) saves 30 - 5 = 25 ms of copy time.
+    e = ev(idle_fraction=0.6, idle_ns=60 * MS, **PAGEABLE,
+           gap_rows=[("nvtx_range", "IO {n}", 55 * MS, 55 * MS, 0), ("untraced", "host work outside traced calls", 5 * MS, 0, 0)])
     found = diagnose([e])
     assert [f.rule for f in found] == ["dataloader-workers", "pin-memory"]
-    assert found[0].gain_ns == 75 * MS and found[0].severity == "high" and "'IO {n}'" in found[0].title
+    assert found[0].gain_ns == 55 * MS and found[0].severity == "high" and "'IO {n}'" in found[0].title
     assert "num_workers" in found[0].snippet
     assert found[1].gain_ns == 25 * MS
     assert found[1].evidence["pinned_bandwidth_basis"].startswith("PCIe Gen5 x16 class of NVIDIA H200")
+    assert found[0].claimed and not set(found[0].claimed) & set(found[1].claimed)
 
 
 def test_pin_memory_gain_is_what_pinning_removes():
     # 100 MB pageable in 10 ms; the trace's own pinned copies ran at 50 GB/s -> 2 ms pinned: 8 ms faster;
-    # + GPU idle 4 ms inside cudaMemcpyAsync and 6 ms after its sync + 25 ms idle during munmap = 43 ms
-    e = ev(idle_fraction=0.3, idle_ns=30 * MS, htod_bytes=2e8, htod_pageable_bytes=1e8, htod_pageable_ns=10 * MS,
-           htod_pinned_bytes=1e8, htod_pinned_ns=2 * MS, htod_ns=12 * MS, munmap_gpu_idle_ns=25 * MS, munmap_count=3,
-           munmap_ns=30 * MS, gap_rows=[("cuda_blocking", "cudaMemcpyAsync", 4 * MS, 0, 0),
-                                        ("untraced", "host work outside traced calls", 6 * MS, 0, 6 * MS)])
+    # + GPU idle 4 ms inside cudaMemcpyAsync and 6 ms after its sync (the copies are the only syncs) + 25 ms
+    # idle during munmap = 43 ms. The GPU keeps 65 - 8 = 57 ms, the host 100 - 10 - 30 (waiting in copies
+    # and full-queue launches) - 25 (munmap) = 35 ms: the bound, 100 - 57 = 43 ms, holds.
+    e = ev(idle_fraction=0.35, idle_ns=35 * MS, htod_bytes=2e8, htod_pageable_bytes=1e8, htod_pageable_ns=10 * MS,
+           htod_pinned_bytes=1e8, htod_pinned_ns=2 * MS, htod_ns=12 * MS, htod_hidden_ns=2 * MS, htod_count=4,
+           munmap_gpu_idle_ns=25 * MS, munmap_count=3, munmap_ns=30 * MS, async_copy_ns=10 * MS, launch_ns=30 * MS,
+           gap_rows=[("cuda_blocking", "cudaMemcpyAsync", 4 * MS, 0, 0),
+                     ("untraced", "host work outside traced calls", 6 * MS, 0, 6 * MS), ("os_runtime", "munmap", 25 * MS, 0, 0)])
     (f,) = [f for f in diagnose([e]) if f.rule == "pin-memory"]
     assert f.gain_ns == 43 * MS and f.confidence == 0.9
     assert f.evidence["pinned_bandwidth_basis"] == "pinned host-to-device copies in this trace"
+    assert f.evidence["bound"] == "min(removable 43.00 ms, window - max(GPU left, host left) 43.00 ms) = 43.00 ms"
     assert "3 munmap calls (30.0 ms)" in f.title
 
 
+def test_pinning_is_bounded_by_the_host_work_it_leaves():
+    # the same copies, but the host works the whole step on its own (no waits): pinning cannot shorten it
+    e = ev(idle_fraction=0.35, idle_ns=35 * MS, htod_bytes=2e8, htod_pageable_bytes=1e8, htod_pageable_ns=10 * MS,
+           htod_pinned_bytes=1e8, htod_pinned_ns=2 * MS, htod_ns=12 * MS, htod_count=4,
+           gap_rows=[("cuda_blocking", "cudaMemcpyAsync", 4 * MS, 0, 0), ("untraced", "host work outside traced calls", 31 * MS, 0, 0)])
+    assert "pin-memory" not in rules(e)
+
+
 def test_pinned_but_serialized_copies():
+    # 10 ms of pinned copies not under the 85 ms of compute; the host waits 50 ms on the full launch queue
     e = ev(idle_fraction=0.05, idle_ns=5 * MS, htod_bytes=1e8, htod_pinned_bytes=1e8, htod_ns=10 * MS, htod_hidden_ns=0,
-           kernel_ns=85 * MS)
+           kernel_ns=85 * MS, launch_ns=50 * MS)
     (f,) = diagnose([e])
     assert f.rule == "copy-compute-overlap" and f.gain_ns == 10 * MS
+
+
+def test_overlap_gains_at_most_the_compute_to_hide_under():
+    # 28 ms of pinned copies at the link's rate (1.12 GB at 40 GB/s) and 0.76 ms of compute: overlap saves at
+    # most 0.76 ms (below 1% of the step: no finding); only fewer bytes help, and halving them saves 14 ms
+    e = ev(idle_fraction=0.7, idle_ns=70 * MS, htod_bytes=1.12e9, htod_pinned_bytes=1.12e9, htod_pinned_ns=28 * MS,
+           htod_ns=28 * MS, kernel_ns=0.76 * MS, sync_wait_ns=70 * MS)
+    found = diagnose([e])
+    assert "copy-compute-overlap" not in [f.rule for f in found]
+    (link,) = [f for f in found if f.rule == "link-bound"]
+    assert link.gain_ns == 14 * MS and "fewer bytes" in link.fix
 
 
 @pytest.mark.parametrize("copies", [dict(htod_bytes=1e8, htod_pinned_bytes=1e8, htod_ns=10 * MS, htod_hidden_ns=10 * MS), {}])
@@ -71,13 +126,14 @@ def test_busy_gpu_with_hidden_or_no_copies_is_ok(copies):
 
 
 def test_ddp_world_size_one():
-    e = ev(dtod_bytes=2.4e9, dtod_count=600, dtod_ns=8 * MS, nccl_count=0, facts={"nccl_nvtx_ranges": 3})
+    e = ev(dtod_bytes=2.4e9, dtod_count=600, dtod_ns=8 * MS, nccl_count=0, facts={"nccl_nvtx_ranges": 3}, launch_ns=50 * MS)
     (f,) = diagnose([e])
     assert f.rule == "ddp-single-gpu" and f.confidence == 0.85 and f.gain_ns == 8 * MS
 
 
+# the host runs ahead and waits 50 ms per step on the full launch queue: the GPU's work sets the step
 ALLREDUCE = dict(nccl_count=1, nccl_allreduce_count=1, nccl_allreduce_ns=40 * MS, nccl_allreduce_exposed_ns=38 * MS,
-                 nccl_ns=40 * MS, nccl_exposed_ns=38 * MS, nccl_share=0.4)
+                 nccl_ns=40 * MS, nccl_exposed_ns=38 * MS, nccl_share=0.4, launch_ns=50 * MS)
 
 
 def test_ddp_on_several_gpus_copies_and_one_exposed_bucket():
@@ -93,7 +149,8 @@ def test_ddp_advice_only_for_pytorch():
 
 
 def test_many_buckets_still_exposed_suggests_static_graph():
-    e = ev(nccl_count=11, nccl_allreduce_count=11, nccl_allreduce_ns=20 * MS, nccl_allreduce_exposed_ns=18 * MS)
+    e = ev(nccl_count=11, nccl_allreduce_count=11, nccl_allreduce_ns=20 * MS, nccl_allreduce_exposed_ns=18 * MS,
+           launch_ns=50 * MS)
     assert rules(e) == ["ddp-static-graph"]
 
 
@@ -106,14 +163,14 @@ def test_fast_nccl_is_not_a_compression_case():
 
 def test_point_to_point_is_pipeline_advice_not_ddp():
     e = ev(nccl_count=4, nccl_ns=12 * MS, nccl_exposed_ns=10 * MS, nccl_sendrecv_count=4, nccl_sendrecv_ns=12 * MS,
-           nccl_sendrecv_exposed_ns=10 * MS)
+           nccl_sendrecv_exposed_ns=10 * MS, launch_ns=50 * MS)
     (f,) = diagnose([e])
     assert f.rule == "pipeline-p2p" and f.gain_ns == 5 * MS and "micro-batches" in f.fix
 
 
 def test_fsdp_collectives():
     e = ev(nccl_allgather_count=24, nccl_allgather_exposed_ns=6 * MS, nccl_reducescatter_count=24,
-           nccl_reducescatter_exposed_ns=4 * MS)
+           nccl_reducescatter_exposed_ns=4 * MS, launch_ns=50 * MS)
     (f,) = diagnose([e])
     assert f.rule == "fsdp-collectives" and f.gain_ns == 5 * MS and "limit_all_gathers" in f.snippet
 
@@ -145,9 +202,10 @@ def test_short_gaps_after_syncs_are_the_syncs():
 
 
 def test_dtoh_copies_and_syncs():
-    # 100 MB back, 20 ms on the compute stream (not hidden) + 10 ms idle after the sync = 30 ms
+    # 100 MB back, 20 ms on the compute stream (not hidden): pinned it takes 2.5 ms (17.5 ms saved) and hides
+    # under the 70 ms of compute; + 10 ms idle after the sync = 30 ms (the host waits 60 ms in the sync)
     e = ev(idle_fraction=0.1, idle_ns=10 * MS, dtoh_bytes=100e6, dtoh_pageable_bytes=100e6, dtoh_count=1,
-           dtoh_ns=20 * MS, dtoh_hidden_ns=0, sync_wait_calls=1,
+           dtoh_ns=20 * MS, dtoh_hidden_ns=0, sync_wait_calls=1, kernel_ns=70 * MS, sync_wait_ns=60 * MS,
            gap_rows=[("untraced", "host work outside traced calls", 10 * MS, 0, 10 * MS)])
     (f,) = diagnose([e])
     assert f.rule == "dtoh-sync" and f.gain_ns == 30 * MS and "pin_memory=True" in f.snippet
@@ -159,12 +217,21 @@ def test_dtoh_hidden_on_a_side_stream_is_quiet():
 
 
 def test_host_sync_without_copies():
-    e = ev(idle_fraction=0.1, idle_ns=10 * MS, sync_wait_calls=3,
+    e = ev(idle_fraction=0.13, idle_ns=13 * MS, sync_wait_calls=3, sync_wait_ns=70 * MS,
            gap_rows=[("launch", "kernel launch", 2 * MS, 0, 2 * MS), ("untraced", "host work outside traced calls", 6 * MS, 0, 6 * MS),
                      ("nvtx_range", "log", 2 * MS, 0, 2 * MS), ("os_runtime", "write", 3 * MS, 0, 3 * MS)])
     (f,) = diagnose([e])
-    # all 10 ms follow the syncs: without them the host's work (in 'log' too) would overlap queued GPU work
+    # 10 ms follow the syncs while the host works (the write is an OS call, a cause of its own): without the
+    # syncs the host's work (in 'log' too) would overlap queued GPU work; the host's own 30 ms fit
     assert f.rule == "host-sync" and f.gain_ns == 10 * MS
+
+
+def test_removing_syncs_cannot_remove_the_host_work_between_them():
+    # 8.9 ms of CPU work between syncs, the GPU busy 0.3 ms: without the syncs the step still lasts 8.9 ms
+    e = ev(window_ns=9.2 * MS, cpu_ns=9.2 * MS, idle_fraction=0.97, idle_ns=8.9 * MS, sync_wait_calls=20,
+           sync_wait_ns=0.3 * MS, gap_rows=[("untraced", "host work outside traced calls", 8.9 * MS, 0, 8.9 * MS)])
+    (f,) = [f for f in diagnose([e]) if f.rule == "host-sync"]
+    assert f.gain_ns == pytest.approx(0.3 * MS)
 
 
 def test_unexplained_idle_names_its_biggest_causes():

@@ -31,7 +31,7 @@ def test_every_fixture_validates(path):
     report = output("diagnose", path, "--format", "json")
     jsonschema.validate(report, schema("report.schema.json"))
     jsonschema.validate(output("kernels", path, "--format", "json"), schema("kernels.schema.json"))
-    assert report["format_version"] == 2
+    assert report["format_version"] == 3
     osrt = any("No OS runtime data" in n for n in report["notes"])
     for row in report["summary"]["devices"] + report["steps"]:
         assert (row["munmap_count"] is None) == osrt  # not captured: null, never 0

@@ -106,7 +106,7 @@ def test_subranges(analysis):
 
 def test_info_and_json_contract(analysis):
     d = contract_report(analysis)
-    assert d["format_version"] == 2
+    assert d["format_version"] == 3
     assert d["trace"]["nsys_version"] == "2023.4.4.54" and d["trace"]["schema_version"] == "3.7.2"
     assert {(x["globalPid"], x["deviceId"]) for x in d["trace"]["devices"]} == {(gpid(P), 0), (gpid(P), 1), (gpid(Q), 0)}
     dev = next(x for x in d["summary"]["devices"] if x["globalPid"] == gpid(P) and x["deviceId"] == 0)

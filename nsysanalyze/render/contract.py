@@ -84,6 +84,16 @@ def kernel_records(analysis) -> list[dict]:
     return records(kernel_table(analysis))
 
 
+def finding_records(analysis) -> list[dict]:
+    """The findings as plain dicts, evidence values NaN (not measurable here) → None."""
+    out = []
+    for f in analysis.findings():
+        d = f.to_dict()
+        d["evidence"] = {k: None if isinstance(v, float) and v != v else v for k, v in d["evidence"].items()}
+        out.append(d)
+    return out
+
+
 def ledger_records(analysis) -> list[dict]:
     """Per device: its ledger at the findings' scope — rows (kind, what, cause, tags, ns, claimed_by: the
     finding's rule or null), window, GPU busy and host work — and the window after all proposed fixes."""
@@ -111,7 +121,7 @@ def report(analysis) -> dict:
         "subranges": records(analysis.subranges()),
         "gaps": records(analysis.where_gpu_waited()),
         "ledger": ledger_records(analysis),
-        "findings": [f.to_dict() for f in analysis.findings()],
+        "findings": finding_records(analysis),
         "kernels": kernel_records(analysis),
     }
 

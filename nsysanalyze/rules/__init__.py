@@ -147,6 +147,7 @@ def all_rules() -> list[Rule]:
             *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES]
 
 
+BOUNDED_MIN_SHARE = 0.01  # a finding its bound cuts below this share of the window is dropped
 WARMUP_DOMINATES = 0.5   # warm-up idle share of all idle that halves the other findings' confidence
 ONE_SHOT_REPEATS = 2     # median launches per kernel name at most this: the capture is one first run
 UNEXPLAINED_IDLE = 0.20   # GPU idle share of the step that must be explained
@@ -183,7 +184,7 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
         mine = []
         for rule in all_rules():
             f = rule(ev)
-            if f is None:
+            if f is None or bounded_to_nothing(f, ev.window_ns):
                 continue
             f.confidence = round(f.confidence * ev.facts.get("confidence_factor", 1.0), 2)
             mine.append(f)
@@ -205,6 +206,14 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
             mine = [f for f in mine if f.rule != "input-pipeline-ok"]
         out.append(Diagnosis(ev, order(mine), ev.ledger, combined(ev.ledger, [f.what_if for f in mine if f.what_if])))
     return out
+
+
+def bounded_to_nothing(f: Finding, window_ns: float) -> bool:
+    """A finding whose what-if bound, not the size of its cause, leaves less than BOUNDED_MIN_SHARE of the
+    window: the other resource (GPU or host work) keeps the step as long; it promises nothing and is dropped."""
+    w = f.what_if
+    return (w is not None and w.gain_ns < w.removable_ns and window_ns > 0
+            and w.gain_ns < BOUNDED_MIN_SHARE * window_ns)
 
 
 def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
