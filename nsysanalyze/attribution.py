@@ -19,7 +19,9 @@ the first of these host states that holds at that instant (precedence, highest f
    inside a CUDA call of its thread belongs to that call (the ``ioctl`` of a launch is the launch);
 3. ``launch`` — time inside kernel/graph launch APIs on a launching thread;
 4. ``os_wait`` — an OS wait (pthread_cond_wait, futex, poll, select, sem_wait, sleep, recv …) on the
-   primary thread: the host waits on something else (a loader worker, a lock). Waits of helper
+   primary thread: the host waits on something else (a loader worker, a lock) — except while another
+   thread of the process is launching (between its launch calls less than SHORT_GAP_NS apart: cause
+   ``between launches on another thread``, at the launch level): then the wait is for that thread's work. Waits of helper
    threads are not causes: CUDA's event thread sits in poll and PyTorch's autograd threads in
    pthread_cond_wait for whole steps;
 5. ``nvtx_range`` — host work inside the innermost NVTX sub-range open on the primary thread
@@ -129,6 +131,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
+    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary, osrt)
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
@@ -151,6 +154,11 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         if mask.any():
             parts.append(_labelled(runtime[mask], rt_pid[mask], level,
                                    pd.Categorical.from_codes(np.zeros(int(mask.sum()), np.int8), [label])))
+    if len(helper_gaps):
+        helper_gaps = helper_gaps[_during_idle(helper_gaps, devices)]
+        parts.append(_labelled(helper_gaps, pid_of(helper_gaps["globalTid"].to_numpy()), LAUNCH,
+                               pd.Categorical.from_codes(np.zeros(len(helper_gaps), np.int8),
+                                                         ["between launches on another thread"])))
     if len(osrt):
         osrt = osrt[~_inside_cuda_calls(osrt, runtime)]
     if len(osrt):
@@ -181,6 +189,29 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     cause = pd.api.types.union_categoricals([p["cause"].array for p in parts])
     frame = pd.concat([p.drop(columns="cause") for p in parts], ignore_index=True).assign(cause=cause)
     return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
+
+
+def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int],
+                                  osrt: pd.DataFrame) -> pd.DataFrame:
+    """The gaps (start, end, globalTid) shorter than SHORT_GAP_NS between consecutive launch calls of the
+    launching threads that are not their process's primary thread (PyTorch's autograd threads launching the
+    backward): while one runs, the primary thread's OS wait is a wait for that thread's work. Only made for
+    processes whose primary thread makes OS waits (nothing to reassign otherwise)."""
+    cols = ["start", "end", "globalTid"]
+    if not len(osrt) or not launching.any():
+        return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
+    waiting = set(osrt["globalTid"][osrt["name"].str.fullmatch(OS_WAIT).to_numpy()].unique().tolist())
+    mains = {t for t in primary.values() if t in waiting}
+    tid = runtime["globalTid"].to_numpy()
+    other = launching & np.isin(pid_of(tid), [int(pid_of(np.array([t]))[0]) for t in mains]) & ~np.isin(tid, list(mains))
+    if not other.any():
+        return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
+    t, s, e = tid[other], runtime["start"].to_numpy()[other], runtime["end"].to_numpy()[other]
+    order = np.lexsort((s, t))
+    t, s, e = t[order], s[order], e[order]
+    gap_start, gap_end, same = e[:-1], s[1:], t[1:] == t[:-1]
+    keep = same & (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
+    return pd.DataFrame({"start": gap_start[keep], "end": gap_end[keep], "globalTid": t[1:][keep]})
 
 
 def _inside_cuda_calls(osrt: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:

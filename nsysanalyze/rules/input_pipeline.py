@@ -156,16 +156,18 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
     rows = ledger.rows[claim]
     top = rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
     (top_kind, top_cause), top_ns = top.index[0], float(top.iloc[0])
-    where = {"nvtx_range": f"'{top_cause}'", "untraced": "code no traced call covers (Python/CPU work)"}.get(
-        top_kind, str(top_cause))
     loading = loads_data(ev)
-    workers = ev.get("munmap_count") >= 1  # DataLoader workers hand batches over shared memory
+    # DataLoader workers hand batches over shared memory (munmap), and the main thread waits for them
+    workers = ev.get("munmap_count") >= 1 or (top_kind == "os_wait" and loading)
+    where = {"nvtx_range": f"works in '{top_cause}'", "untraced": "works in code no traced call covers (Python/CPU work)",
+             "os_wait": f"waits in {top_cause}" + (" for the loader's workers" if loading else "")}.get(
+        top_kind, f"works in {top_cause}")
     fix, snippet = (pick(SLOW_WORKERS_FIX if workers else WORKERS_FIX, ev.framework) if loading
                     else pick(BEFORE_LAUNCH_FIX, ev.framework))
     return make_finding(
         ev, "dataloader-workers" if loading else "host-before-launch",
         f"GPU idle {idle:.0%} of the step; {pre_ns / 1e6:.1f} ms of it before the step's first launch while the "
-        f"host works in {where}",
+        f"host {where}",
         confidence=0.9 if pre_ns >= 0.5 * ev.get("idle_ns") else 0.7,
         gain_ns=pre_ns, claim=claim, what_if=ledger.what_if(pre_ns, host_removed_ns=pre_ns),
         evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": ev.get("idle_ns"), "idle_before_first_launch_ns": pre_ns,
