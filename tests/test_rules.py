@@ -266,3 +266,43 @@ def test_pin_memory_shows_munmap_evidence_only_when_osrt_was_captured():
     (with_osrt,) = diagnose([ev(facts={"osrt_captured": 1.0}, **PAGEABLE)])
     assert "munmap_count" not in without.evidence
     assert with_osrt.evidence["munmap_count"] == 0
+
+
+def test_empty_cache_every_step_is_allocator_churn():
+    # cudaFree/cudaMalloc hold the host 12 ms while the GPU idles; the host waits 60 ms on the GPU otherwise
+    e = ev(idle_fraction=0.2, idle_ns=20 * MS, alloc_calls=40, alloc_ns=12 * MS, sync_wait_ns=60 * MS,
+           gap_rows=[("cuda_blocking", "cudaFree", 8 * MS, 0, 0), ("cuda_blocking", "cudaMalloc", 4 * MS, 0, 0),
+                     ("untraced", "host work outside traced calls", 8 * MS, 0, 0)])
+    found = {f.rule: f for f in diagnose([e])}
+    churn = found["allocator-churn"]
+    assert churn.gain_ns == 12 * MS and "empty_cache" in churn.fix and churn.evidence["alloc_calls"] == 40
+    assert "background thread" not in churn.fix
+
+
+def test_unified_memory_migrations_are_counted_and_named():
+    e = ev(framework="cuda", um_count=300, um_bytes=6e8, um_ns=20 * MS, launch_ns=60 * MS)
+    (f,) = diagnose([e])
+    assert f.rule == "unified-memory" and f.gain_ns == 20 * MS and "cudaMemPrefetchAsync" in f.snippet
+
+
+def test_host_waiting_in_mpi():
+    e = ev(framework="cuda", idle_fraction=0.3, idle_ns=30 * MS, sync_wait_ns=60 * MS,
+           gap_rows=[("nvtx_range", "MPI_Wait", 25 * MS, 0, 0), ("untraced", "host work outside traced calls", 5 * MS, 0, 0)])
+    found = {f.rule: f for f in diagnose([e])}
+    assert found["mpi-wait"].gain_ns == 25 * MS and "CUDA-aware MPI" in found["mpi-wait"].fix
+
+
+def test_host_work_before_launch_without_data_loading_gets_no_dataloader_advice():
+    # resident data (no copy per step), no loader-like range: the host prepares the step in 'build graph'
+    e = ev(idle_fraction=0.5, idle_ns=50 * MS, gap_rows=[("nvtx_range", "build graph", 45 * MS, 45 * MS, 0)])
+    (f,) = [f for f in diagnose([e]) if f.gain_ns]
+    assert f.rule == "host-before-launch" and "DataLoader" not in f.fix + f.snippet
+
+
+def test_a_loader_with_workers_is_told_they_cannot_keep_up():
+    # the main thread waits 45 ms for the workers' batch (munmap of their shared memory in the step)
+    e = ev(idle_fraction=0.5, idle_ns=50 * MS, munmap_count=2, htod_count=2,
+           gap_rows=[("os_wait", "pthread_cond_wait", 45 * MS, 45 * MS, 0)])
+    (f,) = [f for f in diagnose([e]) if f.rule == "dataloader-workers"]
+    assert "waits in pthread_cond_wait for the loader's workers" in f.title
+    assert "cannot keep up" in f.fix and "num_workers=16" in f.snippet
