@@ -105,7 +105,7 @@ def megabytes(n: float) -> str:
 # (nsysanalyze.metrics.BUSY_CLASSES): its gain is then at most those rows.
 BUSY_CLAIMS = {"ddp-single-gpu": ("dtod",), "gradient-as-bucket-view": ("dtod",), "ddp-bucket-overlap": ("nccl",),
                "ddp-static-graph": ("nccl",), "grad-compression": ("nccl",), "pipeline-p2p": ("nccl",),
-               "fsdp-collectives": ("nccl",), "allreduce-overlap": ("nccl",), "alltoall-note": ("nccl",)}
+               "fsdp-collectives": ("nccl",), "allreduce-exposed": ("nccl",), "alltoall": ("nccl",)}
 
 
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,
@@ -114,10 +114,10 @@ def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns
     """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low).
 
     ``claim`` (a mask of ``ev.ledger``'s rows) and ``what_if`` (its bound) come from the rule; without
-    them the rule's ``gain_ns`` estimate claims the rows of its BUSY_CLAIMS classes and is bounded by
-    them and by the two-resource model. The gain is the bound's; its terms join the evidence."""
+    them a rule of BUSY_CLAIMS claims the rows of its busy classes, and its ``gain_ns`` estimate is bounded
+    by them and by the two-resource model. The gain is the bound's; its terms join the evidence."""
     ledger = ev.ledger
-    if what_if is None and gain_ns > 0:
+    if what_if is None and gain_ns > 0 and rule in BUSY_CLAIMS:
         claim = ledger.busy(*BUSY_CLAIMS.get(rule, ()))
         taken = min(float(gain_ns), ledger.ns(claim)) if len(ledger.rows) else float(gain_ns)
         what_if = ledger.what_if(taken, busy_removed_ns=taken)
