@@ -526,12 +526,12 @@ def timeline_cmd(files, out, step_count, whole, force, step_range):
     reports: list[dict] = []
     collected: list = []
     numbers = None
-    for i in ranks.path_order(paths):  # the first rank chooses the window's steps
+    for i in ranks.path_order(paths):  # in rank order: the first rank chooses the window's steps
 
-        def work(a, i=i):
+        def work(a):
             a.keep_attribution_inputs = True
             report = check_step_range([a.to_dict()], step_range)[0]
-            return report, T.file_events(i, a, report, None if whole else step_count, numbers)
+            return report, T.file_events(len(collected), a, report, None if whole else step_count, numbers)
         report, events = run_analysis(paths[i], work, step_range)
         reports.append(report)
         collected.append(events)
