@@ -64,15 +64,16 @@ class FileEvents:
 
 
 def window_steps(steps: pd.DataFrame, report: dict, count: int | None, numbers: list[int] | None) -> tuple[list[int], int | None]:
-    """The step numbers of the window and the median step (``numbers``: those of the first rank, when they
-    exist here); none with ``count`` None or without steps (``steps``: Analysis.steps())."""
-    if count is None or steps.empty:
+    """The step numbers of the window (``numbers``: those of the first rank, when they exist here; none with
+    ``count`` None: the whole capture) and the median step (None without steps; ``steps``: Analysis.steps())."""
+    if steps.empty:
         return [], None
+    median = pick_step(report)
+    if count is None:
+        return [], int(median["step"])
     if numbers and steps["step"].isin(numbers).any():
         middle = numbers[(len(numbers) - 1) // 2]
-        median = pick_step(report)
-        return list(numbers), int(median["step"]) if median is not None and int(median["step"]) in numbers else middle
-    median = pick_step(report)
+        return list(numbers), int(median["step"]) if int(median["step"]) in numbers else middle
     first = steps[(steps["globalPid"] == median["globalPid"]) & (steps["deviceId"] == median["deviceId"])]
     steady = np.sort(steady_steps(first)["step"].to_numpy(np.int64))
     at = int(np.searchsorted(steady, int(median["step"])))
