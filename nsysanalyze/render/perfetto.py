@@ -52,13 +52,19 @@ def json_values(col: pd.Series) -> np.ndarray:
 
 def args_json(events: pd.DataFrame, args: list[str]) -> np.ndarray:
     """'{"key":value,...}' per event from the ``args`` columns present (missing values left out)."""
-    body = np.full(len(events), "", dtype=object)
+    body = np.full(len(events), "{", dtype=object)
+    started = np.zeros(len(events), bool)
     for key in args:
         if key not in events:
             continue
         values = json_values(events[key])
-        body = body + np.where(pd.isna(values), "", "," + json.dumps(key) + ":" + np.where(pd.isna(values), "", values))
-    return "{" + pd.Series(body, dtype=object).str[1:].to_numpy(object) + "}"
+        present = ~pd.isna(values)
+        if not present.any():
+            continue
+        label = json.dumps(key) + ":"
+        body[present] = body[present] + np.where(started[present], "," + label, label) + values[present]
+        started |= present
+    return body + "}"
 
 
 def event_lines(events: pd.DataFrame, pid: int, tid: int, args: list[str]) -> np.ndarray:
