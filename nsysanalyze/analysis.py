@@ -257,6 +257,10 @@ class Analysis:
         """Every OS runtime call (start, end, globalTid, name); empty without OSRT."""
         return self.trace.osrt(None)
 
+    def os_calls(self) -> pd.DataFrame:
+        """Every OS runtime call (start, end, globalTid, name: categorical); empty without OSRT."""
+        return self._osrt
+
     @property
     def _munmap(self) -> pd.DataFrame:
         o = self._osrt

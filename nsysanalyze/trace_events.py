@@ -255,7 +255,7 @@ def thread_tracks(a, window: tuple[int, int], pids: set[int]) -> list[tuple[int,
                                    domain=nvtx["domain"].to_numpy(object)).assign(tid=nvtx["globalTid"].to_numpy()),
                     ["domain"]))
     names = t.api_names()
-    blocking = {i: n for i, n in names.items() if api_categories({i: n}).get(i) in BLOCKING_APIS}
+    blocking = {i: names[i] for i, category in api_categories(names).items() if category in BLOCKING_APIS}
     if blocking:
         calls = in_window(t.runtime_named(list(blocking)), window)
         calls = calls[np.isin(pid_of(calls["globalTid"].to_numpy()), list(pids))]
@@ -263,7 +263,7 @@ def thread_tracks(a, window: tuple[int, int], pids: set[int]) -> list[tuple[int,
                                    "cuda").assign(tid=calls["globalTid"].to_numpy()), []))
     host = a.attribution_host()
     host = in_window(host[np.isin(host["level"].to_numpy(), OS_LEVELS)], window)
-    osrt = a._osrt
+    osrt = a.os_calls()
     if len(host) and len(osrt):
         osrt = in_window(osrt, window)
         used = pd.MultiIndex.from_arrays([host["start"], host["end"], host["globalPid"], host["cause"].astype(str)])
@@ -316,7 +316,7 @@ def file_events(index: int, a, report: dict, count: int | None, numbers: list[in
     for pid, name, events, args in thread_tracks(a, span, pids):
         tracks += laned((index, pid), name, events, args)
     used = {t.process[1] for t in tracks}
-    processes = {p: label.get(p, f"{Path(report['trace']['path']).name} process {p >> 24}") for p in sorted(used)}
+    processes = {p: label.get(p, f"{Path(report['trace']['path']).name} process {(p >> 24) & 0xFFFFFF}") for p in sorted(used)}
     return FileEvents(str(report["trace"]["path"]), report["trace"].get("session_start_utc_ns"), window, chosen,
                       median, processes, tracks)
 

@@ -16,6 +16,7 @@ from hostile import TERMINAL_PAYLOAD, hostile_copy
 import nsysanalyze
 from nsysanalyze import trace_events
 from nsysanalyze.cli import main
+from nsysanalyze.metrics import api_categories
 from nsysanalyze.trace_events import proper_lanes
 
 FINDING_KEYS = ["title", "gain_ns", "gain_pct", "confidence", "severity", "fix", "rule", "scope"]
@@ -81,12 +82,16 @@ def meta(doc: dict) -> dict:
     return doc["metadata"]["nsysanalyze"]
 
 
-def sql_count(path, sql: str, args) -> int:
+def con_rows(path, sql: str, args=()) -> list[tuple]:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return con.execute(sql, args).fetchone()[0]
+        return con.execute(sql, args).fetchall()
     finally:
         con.close()
+
+
+def sql_count(path, sql: str, args) -> int:
+    return con_rows(path, sql, args)[0][0]
 
 
 def test_default_window_counts_match_the_trace(capsys, tmp_path):
@@ -111,35 +116,48 @@ def test_default_window_counts_match_the_trace(capsys, tmp_path):
             assert len(events) == sql_count(path, 'SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND '
                                                   '"end" >= start AND (globalTid & 16777215) = ? AND start < ? '
                                                   'AND "end" > ?', (tid, t1, t0)) > 0
+    names = dict(con_rows(path, "SELECT id, value FROM StringIds WHERE value LIKE 'cu%'"))
+    blocking = [i for i, c in api_categories(names).items() if c in trace_events.BLOCKING_APIS]
+    calls = {name: ev for name, ev in nvtx.items() if name.endswith(": CUDA")}
+    assert calls
+    for name, events in calls.items():
+        tid = int(name.split()[1].rstrip(":"))
+        assert len(events) == sql_count(path, f'SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN '
+                                              f'({",".join(map(str, blocking))}) AND (globalTid & 16777215) = ? AND '
+                                              'start < ? AND "end" > ?', (tid, t1, t0))
     steps = events_on(doc, "GPU 0 steps")["GPU 0 steps"]
     marked = [e for e in steps if e["name"] == "median step"]
     assert len(marked) == 1 and marked[0]["args"]["step"] == t["median_step"]
     assert {e["name"] for e in steps if e["ph"] == "X"} >= {"Batch 11", "Batch 12"}  # names as in the tables
 
 
-def idle_by_step(doc: dict) -> dict[tuple[str, int], int]:
+def idle_by_step(doc: dict) -> dict[tuple[int, int], int]:
+    """Idle slice ns per (GPU, step), over every process."""
     out = defaultdict(int)
     for name, events in events_on(doc, "GPU ").items():
         if name.endswith(" idle"):
             for e in events:
-                out[(name, e["args"]["step"])] += ns(e["dur"])
+                out[(int(name.split()[1]), e["args"]["step"])] += ns(e["dur"])
     return out
 
 
-@pytest.mark.parametrize("name", ["resnet18_baseline.sqlite", "io_midstep.sqlite", "resnet18_loader_noranges.sqlite"])
+@pytest.mark.parametrize("name", ["resnet18_baseline.sqlite", "io_midstep.sqlite", "resnet18_loader_noranges.sqlite",
+                                  "vit_l32_ddp.sqlite"])
 def test_idle_slices_sum_to_the_attributed_idle(capsys, tmp_path, name):
     path = fixture_trace(name)
     doc = timeline(capsys, tmp_path, path)
     gaps = nsysanalyze.open(path).gaps()
-    dev = int(gaps["deviceId"].iloc[0])
     idle = idle_by_step(doc)
     chosen = meta(doc)["traces"][0]["steps"]
     assert chosen
-    for step in chosen:
-        expected = int(gaps.loc[(gaps["step"] == step) & (gaps["deviceId"] == dev), "ns"].sum())
-        assert idle[(f"GPU {dev} idle", step)] == expected > 0
+    for dev in gaps["deviceId"].unique():
+        for step in chosen:
+            expected = int(gaps.loc[(gaps["step"] == step) & (gaps["deviceId"] == dev), "ns"].sum())
+            assert idle[(dev, step)] == expected > 0
     whole = idle_by_step(timeline(capsys, tmp_path, path, "--all"))
     assert sum(whole.values()) == int(gaps["ns"].sum())
+    per_device = gaps.groupby("deviceId")["ns"].sum()
+    assert {d: sum(v for (dev, _), v in whole.items() if dev == d) for d in per_device.index} == per_device.to_dict()
 
 
 def test_idle_slices_are_named_by_cause(capsys, tmp_path):
@@ -199,9 +217,8 @@ def test_no_steps_gives_the_whole_capture(capsys, tmp_path):
         pytest.skip("steps were inferred for this trace")
     streams = events_on(doc, "GPU ")
     gpu = sum(len(ev) for name, ev in streams.items() if " stream " in name)
-    tables = [r for (r,) in sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute(
-        "SELECT name FROM sqlite_master WHERE name IN ('CUPTI_ACTIVITY_KIND_KERNEL', 'CUPTI_ACTIVITY_KIND_MEMCPY', "
-        "'CUPTI_ACTIVITY_KIND_MEMSET')")]
+    tables = [r for (r,) in con_rows(path, "SELECT name FROM sqlite_master WHERE name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
+                                           "'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET')")]
     assert gpu == sum(sql_count(path, f'SELECT count(*) FROM {t} WHERE "end" IS NOT NULL', ()) for t in tables) > 1000
 
 
@@ -289,3 +306,24 @@ def test_proper_lanes_nest_every_lane():
         else:
             crossed += 1
     assert crossed > 100
+
+
+@pytest.mark.parametrize("rel", ["public/YoonKyonghwan__poolformer.sqlite", "public/abacus__resnet101_streams_report1.sqlite",
+                                 "public/nvfuser__report1.sqlite", "public/casio__nerf_output-file.sqlite"])
+def test_valid_on_other_projects_exports(capsys, tmp_path, rel):
+    doc = timeline(capsys, tmp_path, shared_trace(rel), "--all")  # checked inside: format, nesting, escaping
+    assert meta(doc)["events"] == sum(1 for e in doc["traceEvents"] if e["ph"] in ("X", "i")) - 1  # - the verdict
+
+
+def test_os_calls_are_those_overlapping_gpu_idle(capsys, tmp_path):
+    doc = timeline(capsys, tmp_path, shared_trace("public/pipit__perlmutter-cloverleaf-cuda.sqlite"), "--all")
+    os_calls = [e for name, ev in events_on(doc, "thread ").items() if name.endswith(": OS") for e in ev]
+    idle = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for name, ev in events_on(doc, "GPU ").items()
+                  if name.endswith(" idle") for e in ev)
+    starts = np.array([s for s, _ in idle])
+    ends = np.maximum.accumulate(np.array([e for _, e in idle]))
+    assert {"ioctl", "write"} <= {e["name"] for e in os_calls}
+    for e in os_calls:
+        s, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+        k = np.searchsorted(starts, end, side="left") - 1  # the last idle slice starting before the call ends
+        assert k >= 0 and ends[k] > s, e
