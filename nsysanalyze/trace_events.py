@@ -34,6 +34,7 @@ DEFAULT_STEPS = 5
 LARGE_EVENTS = 1_000_000  # a warning from this many events: ui.perfetto.dev loads them slowly
 EVERYTHING = (-(1 << 62), 1 << 62)
 MEMORY = {MEM_PAGEABLE: "pageable", MEM_PINNED: "pinned", MEM_DEVICE: "device", MEM_MANAGED: "managed"}
+HOST_MEMORY = ["pageable", "pinned", "managed"]
 BLOCKING_APIS = ("sync_copy", "sync_wait", "alloc", "async_copy")  # attribution's cuda_blocking candidates
 OS_LEVELS = (1, 3)  # attribution.LEVELS os_runtime and os_wait
 MAX_LANES = 64
@@ -185,7 +186,7 @@ def gpu_tracks(a, window: tuple[int, int]) -> list[tuple[int, str, pd.DataFrame]
     copy_kind = copies["copyKind"].map(COPY_KIND).fillna("memcpy-other").map(KIND_LABEL).to_numpy(object)
     src = copies["srcKind"].map(MEMORY).fillna("").to_numpy(object)
     dst = copies["dstKind"].map(MEMORY).fillna("").to_numpy(object)
-    host = np.where(np.isin(src, ["pageable", "pinned", "managed"]), src, dst)  # the host side names the copy
+    host = np.where(np.isin(src, HOST_MEMORY), src, np.where(np.isin(dst, HOST_MEMORY), dst, ""))  # names the copy
     parts.append(slices(copies["start"], copies["end"], np.where(host == "", copy_kind, copy_kind + " " + host),
                         "memcpy", bytes=pd.array(copies["bytes"].to_numpy(np.int64), dtype="Int64"), src=src, dst=dst)
                  .assign(globalPid=copies["globalPid"].to_numpy(), deviceId=copies["deviceId"].to_numpy(),
@@ -220,9 +221,9 @@ def idle_track_events(segments: pd.DataFrame) -> pd.DataFrame:
 def step_track_events(mine: pd.DataFrame, median: int | None) -> pd.DataFrame:
     """One device's steps (rows of Analysis.steps()) as slices of their GPU windows, named as in the tables
     ('step N' for unnamed inferred steps), the median step's also as an instant 'median step'."""
-    name = mine["name"].astype(str).to_numpy(object) + np.where(mine["closed"].astype(bool), "", "*")
-    name = np.where(mine["name"].astype(str) == "", "step " + mine["step"].astype(str).to_numpy(object)
-                    + np.where(mine["closed"].astype(bool), "", "*"), name)
+    named = mine["name"].astype(str).to_numpy(object)
+    name = np.where(named == "", "step " + mine["step"].astype(str).to_numpy(object), named)
+    name = name + np.where(mine["closed"].astype(bool), "", "*")  # the open first step, starred as in the tables
     events = slices(mine["window_start"], mine["window_end"], name, "step", step=mine["step"].to_numpy(),
                     window_ns=mine["window_ns"].to_numpy(np.int64), cpu_ns=mine["cpu_ns"].to_numpy(np.int64),
                     idle_ns=mine["idle_ns"].to_numpy(np.int64), median=mine["step"].to_numpy() == median)
