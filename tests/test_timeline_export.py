@@ -327,3 +327,23 @@ def test_os_calls_are_those_overlapping_gpu_idle(capsys, tmp_path):
         s, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
         k = np.searchsorted(starts, end, side="left") - 1  # the last idle slice starting before the call ends
         assert k >= 0 and ends[k] > s, e
+
+
+@pytest.mark.parametrize("path", ["fixtures/io_midstep.sqlite", "fixtures/sync_per_param.sqlite",
+                                  "fixtures/vit_l32_2gpu_ddp_0.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite"])
+def test_idle_segments_regroup_to_the_gaps(path):
+    """attribution.idle_segments are the segments attribute() sums: per (process, GPU, step, cause) the same ns."""
+    path = shared_trace(path) if path.startswith("public/") else fixture_trace(path.split("/")[1])
+    a = nsysanalyze.open(path)
+    a.keep_attribution_inputs = True
+    keys = ["globalPid", "deviceId", "step", "cause_kind", "cause"]
+    segments = a.idle_segments(*trace_events.EVERYTHING)
+    assert (segments["end"] > segments["start"]).all()
+    summed = segments.assign(ns=segments["end"] - segments["start"]).groupby(keys)["ns"].sum()
+    expected = a.gaps().groupby(keys)["ns"].sum()
+    assert len(expected) > 3 and summed.to_dict() == expected[expected > 0].to_dict()
+    t0, t1 = (int(x) for x in segments["start"].quantile([0.3, 0.6]))  # any window: the segments cut to it
+    cut = a.idle_segments(t0, t1)
+    inside = segments.assign(start=segments["start"].clip(lower=t0), end=segments["end"].clip(upper=t1))
+    inside = inside[inside["end"] > inside["start"]]
+    assert (cut["end"] - cut["start"]).sum() == (inside["end"] - inside["start"]).sum() > 0
