@@ -239,13 +239,10 @@ def idle_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[i
         seg = _segments(idle_s, idle_e, mine, near, ends)
         start, end = np.maximum(seg["start"], t0), np.minimum(seg["end"], t1)
         keep = end > start
-        names = np.asarray(seg["causes"], dtype=object)
-        code = seg["cause"][keep]
         out.append(pd.DataFrame({
             "globalPid": key[0], "deviceId": key[1], "start": start[keep], "end": end[keep],
             "cause_kind": np.array(LEVELS, dtype=object)[seg["level"][keep]],
-            "cause": np.where(code >= 0, names[np.maximum(code, 0)] if names.size else "", UNTRACED),
-            "step": seg["step"][keep]}))
+            "cause": _cause_names(seg["cause"][keep], seg["causes"]), "step": seg["step"][keep]}))
     if not out:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}).astype(
             {c: np.int64 for c in ("globalPid", "deviceId", "start", "end", "step")})
@@ -423,6 +420,12 @@ def _segments(idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame, host:
             "after_sync": after, "short_gap": short, "causes": causes}
 
 
+def _cause_names(codes: np.ndarray, causes: pd.Index) -> np.ndarray:
+    """Cause label per code into ``causes`` (-1: UNTRACED)."""
+    names = np.asarray(causes, dtype=object)
+    return np.where(codes >= 0, names[np.maximum(codes, 0)] if names.size else "", UNTRACED)
+
+
 def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
                  host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
     """Attributed idle of one device: its :func:`_segments` summed per (step, cause_kind, cause, before_launch,
@@ -440,11 +443,9 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
     rest, flags = np.divmod(np.asarray(groups, dtype=np.int64), 8)
     rest, cause_code = np.divmod(rest, n_causes)
     step_of, level_of = np.divmod(rest, len(LEVELS))
-    names = np.asarray(causes, dtype=object)
-    cause_code -= 1
-    cause_name = np.where(cause_code >= 0, names[np.maximum(cause_code, 0)] if names.size else "", UNTRACED)
     return pd.DataFrame({"globalPid": key[0], "deviceId": key[1], "step": step_of - 1,
-                         "cause_kind": np.array(LEVELS, dtype=object)[level_of], "cause": cause_name,
+                         "cause_kind": np.array(LEVELS, dtype=object)[level_of],
+                         "cause": _cause_names(cause_code - 1, causes),
                          "before_launch": flags >= 4, "after_sync": (flags & 2) > 0, "short_gap": (flags & 1) > 0,
                          "ns": ns})[GAP_COLUMNS]
 
