@@ -52,7 +52,12 @@ class TraceInfo:
 
 
 class Analysis:
-    """Analysis of one nsys SQLite export; every result is computed once, on first use."""
+    """Analysis of one nsys SQLite export; every result is computed once, on first use.
+
+    ``keep_attribution_inputs`` (set before the first result): keep the idle intervals and host intervals the
+    attribution used, for :meth:`idle_segments` and :meth:`attribution_host` (the timeline export)."""
+
+    keep_attribution_inputs = False
 
     def __init__(self, path: str | os.PathLike, step_range: str | None = None):
         self.trace = Trace(path)
@@ -223,6 +228,8 @@ class Analysis:
         syncs = A.sync_ends(runtime)
         del runtime  # the runtime calls are done with: released before the attribution
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
+        if self.keep_attribution_inputs:
+            self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
         del host
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
@@ -254,6 +261,10 @@ class Analysis:
         """Every OS runtime call (start, end, globalTid, name); empty without OSRT."""
         return self.trace.osrt(None)
 
+    def os_calls(self) -> pd.DataFrame:
+        """Every OS runtime call (start, end, globalTid, name: categorical); empty without OSRT."""
+        return self._osrt
+
     @property
     def _munmap(self) -> pd.DataFrame:
         o = self._osrt
@@ -279,6 +290,24 @@ class Analysis:
         (step -1: idle outside every step window; see nsysanalyze.attribution)."""
         self._window_metric_columns  # noqa: B018 (made in the same pass)
         return self._gaps.copy()
+
+    def _kept_attribution(self) -> tuple | None:
+        if not self.keep_attribution_inputs:
+            raise ValueError("set keep_attribution_inputs before the analysis runs")
+        self._window_metric_columns  # noqa: B018 (made in the same pass)
+        return self.__dict__.get("_attribution_inputs")  # None: no GPU window
+
+    def idle_segments(self, t0: int, t1: int) -> pd.DataFrame:
+        """The attribution's elementary GPU idle segments inside [t0, t1) ns (attribution.idle_segments): their
+        ns sum per step are :meth:`gaps`' ns of that step."""
+        none = pd.DataFrame()
+        return A.idle_segments(*(self._kept_attribution() or (none, none, {}, none, none)), t0, t1)
+
+    def attribution_host(self) -> pd.DataFrame:
+        """The host intervals the attribution weighed (attribution.host_intervals: start, end, globalPid, level,
+        cause; only those overlapping GPU idle)."""
+        kept = self._kept_attribution()
+        return kept[3] if kept else pd.DataFrame({c: [] for c in ["start", "end", "globalPid", "level", "cause"]})
 
     def steps(self) -> pd.DataFrame:
         """Per (step, device) metrics; empty when no step range was found."""

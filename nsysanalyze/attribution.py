@@ -298,7 +298,41 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
     windows (globalPid, deviceId, step, window_start, window_end, cpu_start, cpu_end, first_launch ns);
     ``idle``: :func:`idle_by_device`; ``host``: :func:`host_intervals`; ``syncs``: :func:`sync_ends`.
     """
+    out = [_device_gaps(*part) for part in _idle_parts(capture, steps, idle, host, syncs)]
+    gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in GAP_COLUMNS})
+    if len(out) > 1:  # slices of one device share groups
+        gaps = gaps.groupby([c for c in GAP_COLUMNS if c != "ns"], as_index=False, sort=False)["ns"].sum()[GAP_COLUMNS]
+    return gaps.astype({"ns": np.int64, "step": np.int64})
+
+
+SEGMENT_COLUMNS = ["globalPid", "deviceId", "start", "end", "cause_kind", "cause", "step"]
+
+
+def idle_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple],
+                  host: pd.DataFrame, syncs: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame:
+    """The elementary idle segments :func:`attribute` sums, cut to [t0, t1) (ns): one row per segment
+    (globalPid, deviceId, start, end, cause_kind, cause, step; step -1 outside every step window), by
+    device then start. Arguments as :func:`attribute`; the attributed idle of [t0, t1) is their sum."""
     out = []
+    for key, idle_s, idle_e, mine, near, ends in _idle_parts(capture, steps, idle, host, syncs, (t0, t1)):
+        seg = _segments(idle_s, idle_e, mine, near, ends)
+        start, end = np.maximum(seg["start"], t0), np.minimum(seg["end"], t1)
+        keep = end > start
+        out.append(pd.DataFrame({
+            "globalPid": key[0], "deviceId": key[1], "start": start[keep], "end": end[keep],
+            "cause_kind": np.array(LEVELS, dtype=object)[seg["level"][keep]],
+            "cause": _cause_names(seg["cause"][keep], seg["causes"]), "step": seg["step"][keep]}))
+    if not out:
+        return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}).astype(
+            {c: np.int64 for c in ("globalPid", "deviceId", "start", "end", "step")})
+    return pd.concat(out, ignore_index=True)[SEGMENT_COLUMNS]
+
+
+def _idle_parts(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
+                syncs: pd.DataFrame, window: tuple[int, int] | None = None):
+    """Per device of ``capture``, a slice of IDLE_CHUNK idle intervals at a time (bounded temporaries): (key,
+    idle starts, idle ends, the device's steps by window_start, the host intervals that can reach those
+    intervals, the process's sync ends sorted). ``window`` (t0, t1 ns): only the idle intervals overlapping it."""
     host_groups = dict(group_indices(host["globalPid"].to_numpy())) if len(host) else {}
     sync_groups = dict(group_indices(syncs["globalPid"].to_numpy())) if len(syncs) else {}
     step_groups = ({k: steps.iloc[i] for k, i in steps.groupby(["globalPid", "deviceId"]).indices.items()}
@@ -322,20 +356,19 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
     for row in capture.itertuples(index=False):
         key = (int(row.globalPid), int(row.deviceId))
         idle_s, idle_e = _idle_within(idle[key], int(row.window_start), int(row.window_end))
+        if window is not None:
+            i, j = int(np.searchsorted(idle_e, window[0], side="right")), int(np.searchsorted(idle_s, window[1]))
+            idle_s, idle_e = idle_s[i:j], idle_e[i:j]
         if idle_s.size == 0:
             continue
         mine = step_groups.get(key, no_steps).sort_values("window_start")
         h, hs, reach, ends = of_process(key[0])
-        for lo in range(0, idle_s.size, IDLE_CHUNK):  # bounded temporaries: one slice of the idle intervals at a time
+        for lo in range(0, idle_s.size, IDLE_CHUNK):
             a, b = idle_s[lo:lo + IDLE_CHUNK], idle_e[lo:lo + IDLE_CHUNK]
             first, last = int(np.searchsorted(reach, a[0], side="right")), int(np.searchsorted(hs, b[-1], side="left"))
             near = h.iloc[first:max(first, last)]
             near = near[near["end"].to_numpy() > a[0]]
-            out.append(_device_gaps(key, a, b, mine, near, ends))
-    gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in GAP_COLUMNS})
-    if len(out) > 1:  # slices of one device share groups
-        gaps = gaps.groupby([c for c in GAP_COLUMNS if c != "ns"], as_index=False, sort=False)["ns"].sum()[GAP_COLUMNS]
-    return gaps.astype({"ns": np.int64, "step": np.int64})
+            yield key, a, b, mine, near, ends
 
 
 def idle_gap_metrics(windows: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> pd.DataFrame:
@@ -412,10 +445,12 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(is_new, idx, 0))
 
 
-def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
-                 host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
-    """Attributed idle of one device: elementary segments between all boundaries, each given its cause.
-    Only host intervals that overlap this device's idle take part."""
+def _segments(idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame, host: pd.DataFrame,
+              sync_end: np.ndarray) -> dict:
+    """The elementary segments (ns) between all boundaries of one device's idle intervals, each given its
+    cause: arrays start, end, level (index in LEVELS), cause (code into ``causes``, -1: untraced), step (-1:
+    outside every step window), before_launch, after_sync, short_gap; and ``causes``. Only host intervals
+    that overlap this device's idle take part."""
     hs, he = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
     overlaps_idle = Coverage(idle_s, idle_e, disjoint=True).within(hs, he) > 0
     if not overlaps_idle.all():  # the process's other devices' idle
@@ -460,21 +495,36 @@ def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, s
         step[hit] = steps["step"].to_numpy()[w[hit]]
         cpu_s, first = steps["cpu_start"].to_numpy()[w[hit]], steps["first_launch"].to_numpy()[w[hit]]
         before[hit] = (seg_s[hit] >= cpu_s) & (seg_s[hit] < first)
+    return {"start": seg_s, "end": seg_e, "level": level, "cause": cause, "step": step, "before_launch": before,
+            "after_sync": after, "short_gap": short, "causes": causes}
+
+
+def _cause_names(codes: np.ndarray, causes: pd.Index) -> np.ndarray:
+    """Cause label per code into ``causes`` (-1: UNTRACED)."""
+    names = np.asarray(causes, dtype=object)
+    return np.where(codes >= 0, names[np.maximum(codes, 0)] if names.size else "", UNTRACED)
+
+
+def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
+                 host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
+    """Attributed idle of one device: its :func:`_segments` summed per (step, cause_kind, cause, before_launch,
+    after_sync, short_gap)."""
+    seg = _segments(idle_s, idle_e, steps, host, sync_end)
+    causes = seg["causes"]
     # one integer per (step, level, cause, before_launch, after_sync, short_gap), in that sort order
     n_causes = len(causes) + 1
-    group = ((((step + 1) * len(LEVELS) + level) * n_causes + (cause + 1)) * 8
-             + before.astype(np.int64) * 4 + after.astype(np.int64) * 2 + short.astype(np.int64))
+    group = ((((seg["step"] + 1) * len(LEVELS) + seg["level"]) * n_causes + (seg["cause"] + 1)) * 8
+             + seg["before_launch"].astype(np.int64) * 4 + seg["after_sync"].astype(np.int64) * 2
+             + seg["short_gap"].astype(np.int64))
     which, groups = pd.factorize(group, sort=True)
     # float sums of integer ns are exact: every partial sum is at most the slice's idle time (< 2^53 ns)
-    ns = np.bincount(which, weights=seg_e - seg_s, minlength=len(groups)).astype(np.int64)
+    ns = np.bincount(which, weights=seg["end"] - seg["start"], minlength=len(groups)).astype(np.int64)
     rest, flags = np.divmod(np.asarray(groups, dtype=np.int64), 8)
     rest, cause_code = np.divmod(rest, n_causes)
     step_of, level_of = np.divmod(rest, len(LEVELS))
-    names = np.asarray(causes, dtype=object)
-    cause_code -= 1
-    cause_name = np.where(cause_code >= 0, names[np.maximum(cause_code, 0)] if names.size else "", UNTRACED)
     return pd.DataFrame({"globalPid": key[0], "deviceId": key[1], "step": step_of - 1,
-                         "cause_kind": np.array(LEVELS, dtype=object)[level_of], "cause": cause_name,
+                         "cause_kind": np.array(LEVELS, dtype=object)[level_of],
+                         "cause": _cause_names(cause_code - 1, causes),
                          "before_launch": flags >= 4, "after_sync": (flags & 2) > 0, "short_gap": (flags & 1) > 0,
                          "ns": ns})[GAP_COLUMNS]
 

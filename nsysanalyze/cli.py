@@ -500,6 +500,57 @@ def step_timeline_of(path: str, report: dict, step_range: str | None) -> dict | 
     return run_analysis(path, lambda a: step_timeline(a.trace, report), step_range)
 
 
+# ---- timeline: the Perfetto export (issue 21) ---------------------------------------------------------
+@cli.command("timeline")
+@click.argument("files", metavar="FILE...", nargs=-1, required=True)
+@click.option("-o", "--output", "out", required=True, metavar="OUT.json",
+              help="Trace file to write (Chrome trace event JSON: open it in ui.perfetto.dev).")
+@click.option("--steps", "step_count", type=click.IntRange(min=1), default=5, show_default=True, metavar="N",
+              help="Steady steps around the median step in the window.")
+@click.option("--all", "whole", is_flag=True, help="The whole capture instead (large captures give large files).")
+@FORCE
+@STEP_RANGE
+@NSYS_TIMEOUT
+def timeline_cmd(files, out, step_count, whole, force, step_range):
+    """Write a timeline of FILE's steps for ui.perfetto.dev: GPU streams, CPU threads (NVTX, blocking CUDA and
+    OS calls), GPU idle by cause, the steps with the median marked, and the findings (docs/timeline.md).
+
+    Several FILEs (ranks of one job) are placed on one time axis, one process per rank.
+    """
+    from . import ranks
+    from . import trace_events as T
+    from .render import perfetto
+
+    paths = expand_inputs(files, False)
+    target = check_output(out, paths, force)
+    reports: list[dict] = []
+    collected: list = []
+    numbers = None
+    for i in ranks.path_order(paths):  # in rank order: the first rank chooses the window's steps
+
+        def work(a):
+            a.keep_attribution_inputs = True
+            report = check_step_range([a.to_dict()], step_range)[0]
+            return report, T.file_events(len(collected), a, report, None if whole else step_count, numbers)
+        report, events = run_analysis(paths[i], work, step_range)
+        reports.append(report)
+        collected.append(events)
+        numbers = numbers or events.steps
+    groups = ranks.jobs(reports)
+    if len(groups) > 1:
+        note = next(g["note"] for g in groups if g["note"])
+        raise InputError(f"the files are not one job, so they share no time axis: {note}")
+    count = T.event_count(collected)
+    if count >= T.LARGE_EVENTS:
+        click.echo(f"nsysanalyze: warning: {out}: {count:,} events; ui.perfetto.dev loads this many slowly "
+                   "(fewer with --steps N)", err=True)
+    shifts, aligned = T.align(collected)
+    with atomic_output(target) as tmp:
+        perfetto.write(tmp, collected, reports, shifts, aligned)
+    click.echo(f"wrote {out}: {count:,} events; open it in ui.perfetto.dev")
+# ---- end of timeline ------------------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns every expected failure into one stderr line and exit code 2."""
     try:

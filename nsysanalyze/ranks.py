@@ -42,11 +42,16 @@ MAX_START_GAP_NS = 120_000_000_000
 
 
 def _file_order(reports: list[dict]) -> list[int]:
-    """Report indices in rank order: by the last number in the file names when each has a distinct one."""
-    numbers = [TRAILING_NUMBER.search(Path(r["trace"]["path"]).stem) for r in reports]
-    if all(numbers) and len({int(m.group(1)) for m in numbers}) == len(reports):
-        return sorted(range(len(reports)), key=lambda i: int(numbers[i].group(1)))
-    return list(range(len(reports)))
+    """Report indices in rank order (:func:`path_order` of their trace paths)."""
+    return path_order([r["trace"]["path"] for r in reports])
+
+
+def path_order(paths: list) -> list[int]:
+    """Indices of ``paths`` in rank order: by the last number in the file names when each has a distinct one."""
+    numbers = [TRAILING_NUMBER.search(Path(p).stem) for p in paths]
+    if all(numbers) and len({int(m.group(1)) for m in numbers}) == len(paths):
+        return sorted(range(len(paths)), key=lambda i: int(numbers[i].group(1)))
+    return list(range(len(paths)))
 
 
 def _value(device: dict, step_key: str, capture_key: str):

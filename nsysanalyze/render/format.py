@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 
 from .sanitize import printable
 
@@ -285,3 +286,9 @@ def keeping_snippets(report: dict, sanitize) -> dict:
 def code_fence(code: str) -> str:
     """A markdown fence longer than any backtick run in ``code``."""
     return "`" * max(3, 1 + max((len(r) for r in re.findall("`+", code)), default=0))
+
+
+def timeline_hint(paths: list[str]) -> str:
+    """The line that points to the Perfetto timeline of these traces (``nsysanalyze timeline``)."""
+    files = " ".join(shlex.quote(str(p)) for p in paths)
+    return f"See the timeline: nsysanalyze timeline {files} -o timeline.json, then open it in ui.perfetto.dev"

@@ -14,7 +14,7 @@ import math
 from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, metric_cells, metric_headers,
                       metric_scopes, shown_metrics, verdict_line)
 from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, ms, pct, rel_change, step_cells,
-                     subrange_table, summary_cells, trace_line, trace_name)
+                     subrange_table, summary_cells, timeline_hint, trace_line, trace_name)
 from .ranks import RANK_HEADERS, rank_cells, rank_findings, ranks_where, top_rules, verdict
 
 CSS = """
@@ -203,6 +203,11 @@ def timeline(tl: dict | None) -> list[Safe]:
     return [h("h2", title), legend, h("div", timeline_svg(tl), cls="timeline", id="timeline")]
 
 
+def perfetto_hint(paths: list[str]) -> list[Safe]:
+    """A paragraph pointing to the whole run's timeline in Perfetto (``nsysanalyze timeline``)."""
+    return [h("p", timeline_hint(paths), cls="hint")]
+
+
 def gaps(report: dict) -> list[Safe]:
     rows = [[r["cause"], r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]), ms(r["after_sync_ns"])]
             for r in report.get("gaps") or []]
@@ -219,7 +224,7 @@ def body(report: dict, chart_svg: str | None = None, compared: dict | None = Non
         caption = "GPU time per step (ms)" + (": baseline left, this trace right" if compared else "")
         chart = [h("h2", caption), h("div", Safe(chart_svg), cls="chart")]
     out = [*header(report), *(baseline_headline(compared) if compared else []), *headline(report),
-           *notes(report), *findings(report), *timeline(tl), *chart]
+           *notes(report), *findings(report), *timeline(tl), *perfetto_hint([report["trace"]["path"]]), *chart]
     out += comparison(compared) if compared else []
     return out + [*summary(report), *steps(report), *gaps(report)]
 
@@ -248,7 +253,7 @@ def render(report: dict, chart_svg: str | None = None, compared: dict | None = N
 
 def render_ranks(reports: list[dict], view: dict, charts: list[str | None], timelines: list[dict | None]) -> str:
     """One page for several ranks: the cross-rank view first, then each rank's sections."""
-    parts = ranks_section(view, reports)
+    parts = ranks_section(view, reports) + perfetto_hint([r["trace"]["path"] for r in reports])
     for r, chart, tl in zip(reports, charts, timelines):
         parts += [Safe("<hr>"), *body(r, chart, None, tl)]
     return page(f"nsysanalyze: {len(view['ranks'])} ranks", parts)

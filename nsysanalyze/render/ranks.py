@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..ranks import NOISE_MADS, STRAGGLER_MIN_SHARE
-from .format import count, keeping_snippets, ms, pct
+from .format import count, keeping_snippets, ms, pct, timeline_hint
 from .markdown import _table as md_table
 from .markdown import findings_blocks
 from .sanitize import for_markdown, for_text
@@ -114,6 +114,7 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
                                [_step_cells(s) for s in steps]))
     if reports:
         print_findings(console, rank_findings(view, reports), top, ranks_where)
+        console.print(Text(timeline_hint([r["trace"]["path"] for r in reports]), style="dim"))
 
 
 def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None) -> str:

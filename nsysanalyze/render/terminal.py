@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, keeping_snippets, ms, pct,
-                     step_cells, subrange_table, summary_cells, trace_line)
+                     step_cells, subrange_table, summary_cells, timeline_hint, trace_line)
 from .sanitize import for_text
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
@@ -203,6 +203,7 @@ def render(report: dict, console: Console, sections=("summary", "steps", "findin
         if table is not None:
             console.print()
             console.print(table)
+        console.print(Text(timeline_hint([report["trace"]["path"]]), style="dim"))
     tables = [s for s in sections if s != "findings"]
     if tables and details:
         console.print()
