@@ -529,8 +529,10 @@ def timeline_cmd(files, out, step_count, whole, force, step_range):
     for i in ranks.path_order(paths):  # in rank order: the first rank chooses the window's steps
 
         def work(a):
+            from .render.contract import report as report_of_analysis
+
             a.keep_attribution_inputs = True
-            report = check_step_range([a.to_dict()], step_range)[0]
+            report = check_step_range([report_of_analysis(a)], step_range)[0]
             return report, T.file_events(len(collected), a, report, None if whole else step_count, numbers)
         report, events = run_analysis(paths[i], work, step_range)
         reports.append(report)

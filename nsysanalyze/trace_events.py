@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import attribution as A
 from .metrics import api_categories, nccl_kind, steady_steps
 from .timeline import COPY_KIND, KIND_LABEL, pick_step
 from .trace.schema import MEM_DEVICE, MEM_MANAGED, MEM_PAGEABLE, MEM_PINNED
@@ -36,7 +37,7 @@ EVERYTHING = (-(1 << 62), 1 << 62)
 MEMORY = {MEM_PAGEABLE: "pageable", MEM_PINNED: "pinned", MEM_DEVICE: "device", MEM_MANAGED: "managed"}
 HOST_MEMORY = ["pageable", "pinned", "managed"]
 BLOCKING_APIS = ("sync_copy", "sync_wait", "alloc", "async_copy")  # attribution's cuda_blocking candidates
-OS_LEVELS = (1, 3)  # attribution.LEVELS os_runtime and os_wait
+OS_LEVELS = (A.OS_ACTIVE, A.WAIT)  # attribution.LEVELS os_runtime and os_wait
 MAX_LANES = 64
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis import FORMAT_VERSION
+from .contract import FORMAT_VERSION
 from ..trace_events import FileEvents, event_count
 from .format import headlines
 
