@@ -15,7 +15,6 @@ from importlib import resources
 from pathlib import Path
 
 import click
-from click.utils import PacifyFlushWrapper
 
 from . import batch
 from .errors import InputError
@@ -230,7 +229,36 @@ def table_options(f):
     return common_options(f, TABLE_FORMATS)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+PIPE_STATUS = "nsysanalyze.status_if_the_pipe_closes"  # ctx.meta key: the exit status a command has decided
+
+
+class ClosedPipe(Exception):
+    """stdout's reader went away (``| head``): end quietly with ``status``, the exit status the command had
+    decided before printing (1 for a tripped gate: ``set -o pipefail`` still sees it), else 0."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+class Commands(click.Group):
+    """The command group: a broken pipe while parsing (--help) or running becomes :class:`ClosedPipe`, never
+    click's own handling of it (exit 1, the code of a tripped gate)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            raise ClosedPipe(0) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise ClosedPipe(ctx.meta.get(PIPE_STATUS, 0)) from None
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nsysanalyze")
 def cli():
     """Analyze Nsight Systems SQLite exports (nsys export --type sqlite) of training runs."""
@@ -415,6 +443,7 @@ def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
         if gates and not r["summary"]["devices"]:
             raise InputError(f"{path}: no GPU activity in this export, nothing to gate on")
     result = compare(*reports, gates, allow_missing)
+    ctx.meta[PIPE_STATUS] = 1 if result["tripped"] else 0  # kept when the output's reader goes away
     if fmt == "json":
         click.echo(json_render.render(result))
     elif fmt == "markdown":
@@ -515,9 +544,9 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as e:
         click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
         rc = 2
-    except BrokenPipeError:  # the reader (| head) went away: quiet, and not the exit code of a tripped gate
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        rc = 0
-    except SystemExit as e:  # click turns a broken pipe into exit 1 after wrapping the streams
-        rc = 0 if isinstance(sys.stdout, PacifyFlushWrapper) else e.code
+    except ClosedPipe as e:  # the reader (| head) went away: quiet, with the status the command had decided
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches it, not even at exit
+        rc = e.status
+    except SystemExit as e:
+        rc = e.code
     sys.exit(rc or 0)

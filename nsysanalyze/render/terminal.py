@@ -32,8 +32,8 @@ STEP_DROP_ORDER = ["munmap", "NCCL exp. ms", "DtoD", "HtoD hidden", "CPU ms", "H
 
 
 class StdoutConsole(Console):
-    """A console whose broken pipe (``| head``) is a BrokenPipeError for the CLI to end quietly with exit 0
-    (rich's default exits 1, the code of a tripped gate)."""
+    """A console whose broken pipe (``| head``) is a BrokenPipeError for the CLI to end quietly with the
+    command's own exit status (rich's default exits 1, the code of a tripped gate, whatever happened)."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
