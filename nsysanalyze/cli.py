@@ -97,12 +97,15 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
     a file that belongs to no job is printed alone after its note. Text and markdown show at most
     ``max_steps`` step rows per report (JSON and CSV: every step)."""
     from . import ranks
+    from .siblings import with_job_hint
 
     groups = ranks.jobs(reports) if "ranks" in sections else [{"traces": list(range(len(reports))), "note": None}]
     for job in groups:
         mine = [reports[i] for i in job["traces"]]
         several = len(mine) > 1 or ranks.rank_count(mine[0]) > 1
         job["view"] = ranks.cross_rank(mine) if "ranks" in sections and several else None
+    reports = [with_job_hint(r) if any(j["view"] is None and j["traces"] == [i] for j in groups) else r
+               for i, r in enumerate(reports)]  # one rank of a job given alone: say so, and how to see the job
     if fmt in ("text", "markdown"):
         reports = [capped(r, max_steps) for r in reports]
     if fmt == "json":
@@ -506,6 +509,9 @@ def report_cmd(files, baseline, out, force, step_range, max_steps):
     reports = [load_report(f, step_range) for f in files]
     timelines = [step_timeline_of(f, r, step_range) for f, r in zip(files, reports)]
     if len(reports) == 1:
+        from .siblings import with_job_hint
+
+        reports = [with_job_hint(reports[0])]
         base = load_report(baseline, step_range) if baseline else None
         chart = plot.svg([binned(r, max_steps) for r in ([base, reports[0]] if base else reports)])
         page = html_render.render(capped(reports[0], max_steps), chart, compare(base, reports[0]) if base else None,

@@ -29,8 +29,10 @@ def test_dependencies_survive_click_9_and_the_suite_can_run_in_parallel():
     saying how long the suite takes and how to run it on every core (CI keeps the serial command)."""
     import subprocess
     import sys
-    import tomllib
 
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "click>=8.1,<9" in project["dependencies"]
     assert any(d.startswith("pytest-xdist") for d in project["optional-dependencies"]["dev"])
