@@ -42,10 +42,16 @@ def idle_gaps(starts: np.ndarray, ends: np.ndarray, t0: int, t1: int) -> tuple[n
 
 
 def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For each range, how many other ranges enclose it (a step holds a few dozen: pairwise is fine)."""
-    encloses = (starts[:, None] <= starts[None, :]) & (ends[:, None] >= ends[None, :])
-    np.fill_diagonal(encloses, False)
-    return encloses.sum(axis=0)
+    """For each range, how many other ranges enclose it, as a stack sweep in O(R log R) time and O(R) memory
+    (a step may hold 60k ranges). In start order (the longer first on a tie) every earlier range is either
+    still open at this one's start (on the stack: it encloses this one when ranges nest) or has ended by then
+    (popped): depth = earlier ranges - ended ones. Exact for nested ranges (NVTX push/pop); for ranges that
+    only overlap it is the number still open."""
+    starts, ends = np.asarray(starts), np.asarray(ends)
+    position = np.empty(len(starts), dtype=np.int64)
+    position[np.lexsort((-ends, starts))] = np.arange(len(starts))
+    ended = np.searchsorted(np.sort(ends), starts, side="right") - (ends <= starts)  # not counting itself
+    return np.maximum(position - ended, 0)
 
 
 def lanes(step: dict, activities: pd.DataFrame, names: dict[int, str], ranges: pd.DataFrame,
