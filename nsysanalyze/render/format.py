@@ -243,11 +243,23 @@ def headlines(report: dict) -> list[tuple[str, str]]:
     return out
 
 
+def step_names(report: dict) -> str:
+    """The step family as the tables name its steps: 'Batch {n}', or for inferred steps 'step 1…14
+    (inferred from the kernel sequence, period 119 kernels)'."""
+    t = report["trace"]
+    if t.get("step_source") != "inferred":
+        return str(t["step_family"])
+    last = max((s["name"] for s in report.get("steps") or []), key=lambda n: (len(n), n), default="step 1")
+    family = str(t["step_family"]).replace(" (", ", ", 1).rstrip(")")
+    return f"step 1…{last.rsplit(' ', 1)[-1]} (inferred from the {family})"
+
+
 def trace_line(report: dict) -> str:
     """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n} · program: pytorch'."""
     t = report["trace"]
-    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or "no GPU activity"
-    steps = f"steps: {t['step_family']}" if t.get("step_family") else "no steps (one window per device)"
+    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or \
+        ("GPU model not recorded" if report["summary"]["devices"] else "no GPU activity")
+    steps = f"steps: {step_names(report)}" if t.get("step_family") else "no steps (one window per device)"
     program = f" · program: {t.get('framework') or 'unknown'}" + (" + MPI" if t.get("mpi") else "")
     return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
 

@@ -198,7 +198,7 @@ def timeline(tl: dict | None) -> list[Safe]:
     if tl is None:
         return []
     legend = h("div", [h("span", h("i", "", cls=f"sw {k}"), label) for k, label, _ in TIMELINE_COLOURS], cls="legend")
-    title = (f"Timeline of step {tl['step']} (GPU {tl['deviceId']}, the steady step closest to the median): "
+    title = (f"Timeline of {tl['step'] or 'one step'} (GPU {tl['deviceId']}, the steady step closest to the median): "
              f"{tl['activities']} GPU activities; the shaded band is the step's GPU window")
     return [h("h2", title), legend, h("div", timeline_svg(tl), cls="timeline", id="timeline")]
 
