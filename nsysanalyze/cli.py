@@ -125,8 +125,8 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
         for job in groups:
             mine = [reports[i] for i in job["traces"]]
             parts += [f"> {markdown_text(job['note'])}"] if job["note"] else []
-            parts += [ranks_render.render_markdown(job["view"], mine, top)] if job["view"] is not None else []
-            parts += [md_render.render(r, sections, top) for r in mine if job["view"] is None or per_rank]
+            parts += [ranks_render.render_markdown(job["view"], mine, top, details)] if job["view"] is not None else []
+            parts += [md_render.render(r, sections, top, details) for r in mine if job["view"] is None or per_rank]
         click.echo("\n\n".join(parts))
     else:
         from rich.text import Text
@@ -533,6 +533,26 @@ def step_timeline_of(path: str, report: dict, step_range: str | None) -> dict | 
     if str(path).endswith(".json"):
         return None
     return run_analysis(path, lambda a: step_timeline(a.trace, report), step_range)
+
+
+@cli.command("explain")
+@click.argument("term", nargs=-1)
+def explain_cmd(term):
+    """What a word of the output means (TERM: e.g. exposed, cuda_blocking, 'after sync', MAD, pp); without
+    TERM, every word."""
+    from .glossary import GLOSSARY, close_terms, explain
+
+    if not term:
+        for t, text in GLOSSARY.items():
+            click.echo(f"{t}: {text}")
+        return
+    found = explain(" ".join(term))
+    if found is None:
+        near = close_terms(" ".join(term))
+        raise click.UsageError(f"no glossary entry for {' '.join(term)!r}"
+                               + (f"; did you mean: {', '.join(near)}" if near else
+                                  "; `nsysanalyze explain` lists every term"))
+    click.echo(f"{found[0]}: {found[1]}")
 
 
 def main(argv: list[str] | None = None) -> None:

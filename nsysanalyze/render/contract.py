@@ -48,6 +48,13 @@ def records(frame: pd.DataFrame) -> list[dict]:
     return [dict(zip(names, row)) for row in zip(*columns)]
 
 
+def finding_record(finding: dict) -> dict:
+    """A finding with its evidence's bytes and counts as integers (``munmap_count: 2``, never ``2.0``)."""
+    evidence = {k: int(np.floor(v + 0.5)) if is_integer_key(k) and isinstance(v, float) and np.isfinite(v) else v
+                for k, v in finding["evidence"].items()}
+    return {**finding, "evidence": evidence}
+
+
 def uncaptured(frame: pd.DataFrame, schema) -> pd.DataFrame:
     """``frame`` with the metrics the trace did not capture set to null (see the module docstring)."""
     missing = [] if schema.has("OSRT_API") else OSRT_METRICS
@@ -90,6 +97,6 @@ def report(analysis) -> dict:
         "steps": records(uncaptured(analysis.steps(), analysis.trace.schema)),
         "subranges": records(analysis.subranges()),
         "gaps": records(analysis.where_gpu_waited()),
-        "findings": [f.to_dict() for f in analysis.findings()],
+        "findings": [finding_record(f.to_dict()) for f in analysis.findings()],
         "kernels": kernel_records(analysis),
     }

@@ -4,28 +4,8 @@ from __future__ import annotations
 import math
 import re
 
+from ..units import count, ms, pct, size  # noqa: F401 (the renderers' formatters)
 from .sanitize import printable
-
-
-def ms(ns) -> str:
-    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else f"{ns / 1e6:,.1f} ms"
-
-
-def pct(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-
-def size(b) -> str:
-    if b is None or (isinstance(b, float) and math.isnan(b)):
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(b) >= scale:
-            return f"{b / scale:,.1f} {unit}"
-    return f"{b:.0f} B"
-
-
-def count(n) -> str:
-    return "-" if n is None or (isinstance(n, float) and math.isnan(n)) else f"{n:,.0f}"
 
 
 def evidence_value(key: str, value) -> str:
@@ -264,9 +244,18 @@ def trace_line(report: dict) -> str:
     return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
 
 
+UNIT_SUFFIX = re.compile(r"_(ns|bytes|bps)$")
+
+
+def evidence_label(key: str) -> str:
+    """An evidence key as words, its unit suffix dropped (the value carries the unit):
+    'pinned_copy_estimate_ns' → 'pinned copy estimate' (JSON keeps the key)."""
+    return UNIT_SUFFIX.sub("", key).replace("_", " ")
+
+
 def evidence_pairs(finding: dict) -> list[tuple[str, str]]:
     """(label, value with its unit) of a finding's evidence."""
-    return [(k, evidence_value(k, v)) for k, v in finding["evidence"].items()]
+    return [(evidence_label(k), evidence_value(k, v)) for k, v in finding["evidence"].items()]
 
 
 def keeping_snippets(report: dict, sanitize) -> dict:
@@ -281,3 +270,34 @@ def keeping_snippets(report: dict, sanitize) -> dict:
 def code_fence(code: str) -> str:
     """A markdown fence longer than any backtick run in ``code``."""
     return "`" * max(3, 1 + max((len(r) for r in re.findall("`+", code)), default=0))
+
+
+# Section titles, the same in text, markdown and HTML.
+FINDINGS_TITLE = "Findings (largest possible gain first)"
+SUMMARY_TITLE = "Summary (whole capture; step medians where marked)"
+STEPS_TITLE = "Per step (* first step: its window starts at its own GPU work; medians skip it)"
+SUBRANGES_TITLE = "CPU sub-ranges (median per step)"
+DETAILS_HINT = "Summary and per-step tables: --details."
+GAP_ROWS = 5  # idle causes shown per device
+GAP_HEADERS = ["device", "cause", "kind", "idle", "before 1st launch", "after sync"]
+
+
+def gaps_title(report: dict) -> str:
+    """'Where the GPU waited (median per step)', or '(whole capture)' for a trace without steps."""
+    return "Where the GPU waited " + ("(median per step)" if report.get("steps") else "(whole capture)")
+
+
+def gap_cells(report: dict) -> list[list[str]]:
+    """Rows of the idle-cause table (``GAP_HEADERS``): the top ``GAP_ROWS`` causes per device."""
+    labels = {(d["globalPid"], d["deviceId"]): device_label(d, report["trace"]["processes"])
+              for d in report["summary"]["devices"]}
+    shown: dict = {}
+    cells = []
+    for r in report.get("gaps") or []:
+        key = (r["globalPid"], r["deviceId"])
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= GAP_ROWS:
+            cells.append([labels.get(key, ""), str(r["cause"]), r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]),
+                          ms(r["after_sync_ns"])])
+    return cells
+

@@ -13,8 +13,10 @@ import math
 
 from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, metric_cells, metric_headers,
                       metric_scopes, shown_metrics, verdict_line)
-from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, ms, pct, rel_change, step_cells,
-                     subrange_table, summary_cells, trace_line, trace_name)
+from .format import (FINDINGS_TITLE, GAP_HEADERS, STEP_COLUMNS, STEPS_TITLE, SUBRANGES_TITLE, SUMMARY_TITLE,
+                     device_label, evidence_pairs, gain_text, gap_cells, gaps_title,
+                     headlines, ms, pct, rel_change, step_cells, subrange_table, summary_cells, trace_line,
+                     trace_name)
 from .ranks import RANK_HEADERS, rank_cells, rank_findings, ranks_where, top_rules, verdict
 
 CSS = """
@@ -81,16 +83,16 @@ def summary(report: dict) -> list[Safe]:
         return []
     headers = ["metric"] + [device_label(d, report["trace"]["processes"]) for d in devices]
     rows = summary_cells(devices)
-    return [h("h2", "Summary (whole capture; step medians where marked)"), table(headers, rows)]
+    return [h("h2", SUMMARY_TITLE), table(headers, rows)]
 
 
 def steps(report: dict) -> list[Safe]:
     if not report["steps"]:
         return []
-    out = [h("h2", "Per step"), table([c for c, _, _ in STEP_COLUMNS], [step_cells(s) for s in report["steps"]])]
+    out = [h("h2", STEPS_TITLE), table([c for c, _, _ in STEP_COLUMNS], [step_cells(s) for s in report["steps"]])]
     sub = subrange_table(report)
     if sub:
-        out += [h("h3", "CPU sub-ranges (median per step)"),
+        out += [h("h3", SUBRANGES_TITLE),
                 table(["range", "time", "share of step"], [[n, ms(ns), pct(sh)] for n, ns, sh in sub])]
     return out
 
@@ -116,7 +118,7 @@ def finding_box(i: int, f: dict, where: str = "") -> Safe:
 
 def findings(report: dict, found: list[dict] | None = None, where=lambda f: "") -> list[Safe]:
     found = report["findings"] if found is None else found
-    out = [h("h2", "Findings (largest possible gain first)")]
+    out = [h("h2", FINDINGS_TITLE)]
     if not found:
         out.append(h("p", "No finding: no rule matched this trace."))
     return out + [finding_box(i, f, where(f)) for i, f in enumerate(found, 1)]
@@ -204,12 +206,8 @@ def timeline(tl: dict | None) -> list[Safe]:
 
 
 def gaps(report: dict) -> list[Safe]:
-    rows = [[r["cause"], r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]), ms(r["after_sync_ns"])]
-            for r in report.get("gaps") or []]
-    if not rows:
-        return []
-    return [h("h3", "Where the GPU waited (idle per step median, or whole capture)"),
-            table(["cause", "kind", "idle", "before 1st launch", "after sync"], rows)]
+    cells = gap_cells(report)
+    return [h("h3", gaps_title(report)), table(GAP_HEADERS, cells)] if cells else []
 
 
 def body(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None) -> list:

@@ -116,15 +116,16 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
         print_findings(console, rank_findings(view, reports), top, ranks_where)
 
 
-def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None) -> str:
-    """Verdict, the rank table, the per-step spread table, the findings across ranks (markdown)."""
+def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None, details: bool = True) -> str:
+    """Verdict, the rank table, the per-step spread table (with ``details``), the findings across ranks
+    (markdown: the sections of :func:`render_text`)."""
     view, reports = for_markdown(view), [keeping_snippets(r, for_markdown) for r in reports]  # never as markdown
     fastest = view["summary"].get("step_ns_min")
     rules = top_rules(view, reports)
     out = ["## Ranks", ""] + [f"- {line}" for line in verdict(view)] + [""]
     out += md_table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]]) + [""]
     steps = _step_rows(view)
-    if steps:
+    if steps and details:
         out += ["Per step across ranks (largest spread first):", ""]
         out += md_table(STEP_HEADERS, [_step_cells(s) for s in steps]) + [""]
     if reports:

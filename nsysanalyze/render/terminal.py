@@ -20,8 +20,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, keeping_snippets, ms, pct,
-                     step_cells, subrange_table, summary_cells, trace_line)
+from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, STEP_COLUMNS, STEPS_TITLE, SUBRANGES_TITLE,
+                     SUMMARY_TITLE, device_label, evidence_pairs, gain_text, gap_cells, gaps_title,
+                     headlines, keeping_snippets, ms, pct, step_cells, subrange_table, summary_cells, trace_line)
 from .sanitize import for_text
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
@@ -71,7 +72,7 @@ def summary_table(report: dict) -> Table | None:
     if not devices:
         return None
     headers = ["metric"] + [device_label(d, report["trace"]["processes"]) for d in devices]
-    return table_of("Summary (whole capture; step medians where marked)", headers, summary_cells(devices))
+    return table_of(SUMMARY_TITLE, headers, summary_cells(devices))
 
 
 def steps_table(report: dict, console: Console) -> tuple[Table | None, list[str]]:
@@ -81,7 +82,7 @@ def steps_table(report: dict, console: Console) -> tuple[Table | None, list[str]
     headers = [h for h, _, _ in STEP_COLUMNS]
     cells = [step_cells(s) for s in report["steps"]]
     dropped: list[str] = []
-    title = "Per step (* first step: its window starts at its own GPU work; medians skip it)"
+    title = STEPS_TITLE
     while True:
         keep = [i for i, h in enumerate(headers) if h not in dropped]
         table = table_of(title, [headers[i] for i in keep], [[r[i] for i in keep] for r in cells])
@@ -95,30 +96,16 @@ def subranges_table(report: dict) -> Table | None:
     rows = subrange_table(report)
     if not rows:
         return None
-    return table_of("CPU sub-ranges (median per step)", ["range", "time", "share of step"],
+    return table_of(SUBRANGES_TITLE, ["range", "time", "share of step"],
                     [[name, ms(ns), pct(share)] for name, ns, share in rows])
 
 
 def gaps_table(report: dict) -> Table | None:
     """Where the GPU waited: the top idle causes per device (attribution)."""
-    rows = report.get("gaps") or []
-    if not rows:
-        return None
-    labels = {(d["globalPid"], d["deviceId"]): device_label(d, report["trace"]["processes"])
-              for d in report["summary"]["devices"]}
-    shown: dict = {}
-    cells = []
-    for r in rows:
-        key = (r["globalPid"], r["deviceId"])
-        shown[key] = shown.get(key, 0) + 1
-        if shown[key] <= GAP_ROWS:
-            cells.append([labels.get(key, ""), str(r["cause"]), r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]),
-                          ms(r["after_sync_ns"])])
-    return table_of("Where the GPU waited (idle per step median, or whole capture)",
-                    ["device", "cause", "kind", "idle", "before 1st launch", "after sync"], cells, left=(0, 1, 2))
+    cells = gap_cells(report)
+    return table_of(gaps_title(report), GAP_HEADERS, cells, left=(0, 1, 2)) if cells else None
 
 
-GAP_ROWS = 5  # idle causes shown per device
 SNIPPET_LEXER = {"cuda": "c", "openmp": "c"}
 
 
@@ -151,7 +138,7 @@ def print_findings(console: Console, findings: list[dict], top: int | None, wher
                    framework: str | None = None) -> None:
     """The findings (the first ``top`` of them), largest possible gain first; snippets in the framework's language."""
     lexer = SNIPPET_LEXER.get(framework or "", "python")
-    console.print(Text("Findings (largest possible gain first)", style="bold underline"))
+    console.print(Text(FINDINGS_TITLE, style="bold underline"))
     if not findings:
         console.print("No finding: no rule matched this trace.")
     shown = findings if top is None else findings[:top]
@@ -208,4 +195,4 @@ def render(report: dict, console: Console, sections=("summary", "steps", "findin
         console.print()
         print_tables(report, console, sections)
     elif tables:
-        console.print(Text("Summary and per-step tables: --details.", style="dim"))
+        console.print(Text(DETAILS_HINT, style="dim"))

@@ -11,6 +11,8 @@ from typing import Callable
 
 import pandas as pd
 
+from ..units import ms
+
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
@@ -101,12 +103,6 @@ class Finding:
 Rule = Callable[[Evidence], "Finding | None"]
 
 
-def megabytes(n: float) -> str:
-    """Bytes as MB for titles: '201 MB', '1.3 MB', '0.05 MB'."""
-    mb = n / 1e6
-    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
-
-
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,
                  evidence: dict, fix: str, snippet: str, severity: str | None = None) -> Finding:
     """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low)."""
@@ -151,7 +147,7 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty:
         return None
     top = ev.gaps.head(3).to_dict("records")  # the three largest causes, as plain rows
-    causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {r['ns'] / 1e6:.1f} ms)" for r in top)
+    causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {ms(r['ns'])})" for r in top)
     first = top[0]
     what = {"nvtx_range": f"the host work inside '{first['cause']}'",
             "untraced": "host work that no traced call covers (Python/CPU code between GPU calls)",

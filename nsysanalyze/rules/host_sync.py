@@ -7,7 +7,8 @@ Pageable host-to-device copies sync too (PyTorch's blocking .to()): that idle is
 """
 from __future__ import annotations
 
-from . import Evidence, Finding, make_finding, megabytes
+from ..units import ms, size
+from . import Evidence, Finding, make_finding
 from .fixes import pick
 
 MIN_SHARE = 0.05       # stall (exposed copy + post-sync idle) worth fixing, as a share of the step
@@ -85,8 +86,8 @@ def dtoh_sync(ev: Evidence) -> Finding | None:
     fix, snippet = pick(DTOH_FIX, ev.framework)
     return make_finding(
         ev, "dtoh-sync",
-        f"Device-to-host copies stall every {ev.per}: {megabytes(ev.get('dtoh_bytes'))} copied back ({exposed / 1e6:.1f} ms not hidden "
-        f"under compute), then the GPU waits {post_sync / 1e6:.1f} ms after host syncs",
+        f"Device-to-host copies stall {'every step' if ev.per == 'step' else 'the capture'}: {size(ev.get('dtoh_bytes'))} copied back ({ms(exposed)} not hidden "
+        f"under compute), then the GPU waits {ms(post_sync)} after host syncs",
         confidence=0.85 if ev.get("dtoh_pageable_bytes") > 0 or post_sync > 0 else 0.7,
         gain_ns=stall,
         evidence={"dtoh_bytes": ev.get("dtoh_bytes"), "dtoh_pageable_bytes": ev.get("dtoh_pageable_bytes"),
@@ -110,7 +111,7 @@ def host_sync(ev: Evidence) -> Finding | None:
     return make_finding(
         ev, "host-sync",
         f"{ev.get('sync_wait_calls'):.0f} host synchronization(s) per {ev.per} leave the GPU waiting "
-        f"{stall / 1e6:.1f} ms for the host to launch again{where}",
+        f"{ms(stall)} for the host to launch again{where}",
         confidence=0.7, gain_ns=stall,
         evidence={"sync_wait_calls": ev.get("sync_wait_calls"), "sync_wait_ns": ev.get("sync_wait_ns"),
                   "post_sync_idle_ns": ev.after_sync_idle_ns, "gpu_idle_fraction": ev.get("idle_fraction")},
