@@ -225,7 +225,8 @@ def kernel_values(report: dict, text: str) -> dict[str, float]:
 
 
 def kernel_movers(base: dict, new: dict, scope: str, limit: int = TOP_KERNEL_MOVERS) -> list[dict]:
-    """Kernel names whose time changed most (absolute), per step or whole capture, summed over devices."""
+    """Kernel names whose time changed most (absolute), per step or whole capture, summed over devices;
+    unchanged ones left out (none changed: [])."""
     column = "per_step_ns" if scope == "step" else "total_ns"
 
     def by_name(report):
@@ -237,6 +238,7 @@ def kernel_movers(base: dict, new: dict, scope: str, limit: int = TOP_KERNEL_MOV
     if both.empty:
         return []
     both["abs"] = both["new"] - both["base"]
+    both = both[both["abs"] != 0]  # unchanged kernels are not movers
     both = both.reindex(both["abs"].abs().sort_values(ascending=False, kind="stable").index).head(limit)
     out = []
     for name, row in both.iterrows():

@@ -134,3 +134,13 @@ def test_a_tripped_gate_exit_status_survives_a_closed_pipe(gate, status):
     shell = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m nsysanalyze compare {BASELINE} "
                             f"{WORKERS} --fail-on '{gate}' | head -5"], capture_output=True, env=env, timeout=120)
     assert shell.returncode == status and len(shell.stdout.decode().splitlines()) == 5
+
+
+def test_unchanged_kernels_are_no_movers_and_the_output_says_nothing_changed():
+    doc = json.loads(run(BASELINE, BASELINE, "--format", "json").output)
+    assert doc["kernels"] == []
+    for fmt in ("text", "markdown"):
+        out = run(BASELINE, BASELINE, "--format", fmt).output
+        assert "Kernels: no kernel's time changed (per step, summed over GPUs)" in out and "+0.0 ms" not in out
+    moved = json.loads(run(BASELINE, WORKERS, "--format", "json").output)["kernels"]
+    assert moved and all(k["abs"] != 0 for k in moved)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import html
 import math
 
-from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, metric_cells, metric_headers,
-                      metric_scopes, shown_metrics, verdict_line)
+from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, kernels_unchanged, metric_cells,
+                      metric_headers, metric_scopes, shown_metrics, verdict_line)
 from .format import (FINDINGS_TITLE, GAP_HEADERS, STEP_COLUMNS, STEPS_TITLE, SUBRANGES_TITLE, SUMMARY_TITLE,
                      device_label, evidence_pairs, gain_text, gap_cells, gaps_title,
                      headlines, ms, pct, rel_change, step_cells, subrange_table, summary_cells, trace_line,
@@ -148,6 +148,7 @@ def comparison(c: dict) -> list[Safe]:
     out.append(table(metric_headers(scopes), rows))
     if c.get("kernels"):
         out += [h("h3", kernel_title(c)), table(KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]])]
+    out += [h("h3", kernels_unchanged(c))] if kernels_unchanged(c) else []
     out += [h("h3", "Findings"), h("ul", [h("li", x) for x in finding_lines(c) or ["no finding in either trace"]])]
     return out
 
