@@ -33,7 +33,7 @@ def test_numbered_siblings_without_collectives_and_collectives_without_siblings(
     for n in (1, 2, 3):  # a real single-GPU export under a rank-numbered name, three of them
         shutil.copy(fixture_trace("dtoh_deferred.sqlite"), tmp_path / f"job_{n}.sqlite")
     text = diagnose(tmp_path / "job_2.sqlite")
-    assert f"rank 2 of what looks like a 3-rank job (3 files job_*.sqlite in its folder)" in text
+    assert "rank 2 of what looks like a 3-rank job (3 files job_*.sqlite in its folder)" in text
     lone = tmp_path / "lone"
     lone.mkdir()
     shutil.copy(DDP0, lone / "ddp.sqlite")  # collectives, no siblings

@@ -26,7 +26,7 @@ def test_findings_come_before_the_summary_and_the_timeline_after_them(tmp_path):
     at = {k: page.index(k) for k in ("Next: dataloader-workers", "Findings (largest", 'id="timeline"',
                                      "GPU time per step", "Summary (whole capture")}
     assert list(at) == sorted(at, key=at.get)
-    assert "<th>htod pageable</th><td>201.3 MB</td>" in page  # evidence: labelled values with units, no unit suffix
+    assert "<th>htod pageable size</th><td>201.3 MB</td>" in page  # evidence: labelled values with units, no unit suffix
 
 
 def test_timeline_has_one_rect_per_activity_of_the_step(tmp_path):

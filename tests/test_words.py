@@ -39,7 +39,7 @@ def test_evidence_keys_without_unit_suffixes_in_human_output():
     text = run("diagnose", BASELINE)
     evidence = [line for line in text.splitlines() if line.strip().startswith("evidence:")]
     assert evidence and not any(re.search(r"\w_(ns|bytes|bps)\b", line) for line in evidence)
-    assert "htod pageable 201.3 MB" in text
+    assert "htod pageable size 201.3 MB" in text and "pinned bandwidth 40.0 GB/s" in text
     doc = json.loads(run("diagnose", BASELINE, "--format", "json"))
     assert "htod_pageable_bytes" in doc["findings"][1]["evidence"]  # JSON keeps the keys
 

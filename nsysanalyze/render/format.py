@@ -16,6 +16,8 @@ def evidence_value(key: str, value) -> str:
         return ms(value)
     if key.endswith("_bytes"):
         return size(value)
+    if key.endswith("_gbps"):
+        return "-" if value != value else f"{value:,.1f} GB/s"
     if key.endswith("_bps"):
         return "-" if value != value else f"{value / 1e9:,.1f} GB/s"
     if key.endswith(("_fraction", "_share", "_overlap")) or "share_of" in key:
@@ -234,6 +236,24 @@ def step_names(report: dict) -> str:
     return f"step 1…{last.rsplit(' ', 1)[-1]} (inferred from the {family})"
 
 
+def compact_headlines(report: dict) -> list[str]:
+    """One short line per (process, GPU), its verdict: 'GPU 1 (pid 149): step 19.7 ms, idle 12.6% → pin-memory
+    (up to 1.4%)' (capture values without steps; '→ nothing flagged' when no rule matched)."""
+    out = []
+    for d in report["summary"]["devices"]:
+        mine = device_findings(report, d["globalPid"], d["deviceId"])
+        label = device_label(d, report["trace"]["processes"])
+        if steady_step_count(report, d["globalPid"], d["deviceId"]) and d.get("step_median_window_ns") is not None:
+            what = f"step {ms(d['step_median_window_ns'])}, idle {pct(d.get('step_median_idle_fraction'))}"
+        else:
+            what = f"capture {ms(d['window_ns'])}, idle {pct(d.get('gpu_idle_fraction'))}"
+        top = mine[0] if mine else None
+        nxt = (f"{top['rule']} (up to {top['gain_pct']:.1f}%)" if top and top["gain_ns"] else top["rule"] if top
+               else "nothing flagged")
+        out.append(f"{label}: {what} → {nxt}")
+    return out
+
+
 def trace_line(report: dict) -> str:
     """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n} · program: pytorch'."""
     t = report["trace"]
@@ -244,7 +264,8 @@ def trace_line(report: dict) -> str:
     return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
 
 
-UNIT_SUFFIX = re.compile(r"_(ns|bytes|bps)$")
+UNIT_SUFFIX = re.compile(r"_(ns|bytes|bps|gbps)$")
+UNIT_WORD = {"_ns": " time", "_bytes": " size"}  # said when two keys differ only by their unit
 
 
 def evidence_label(key: str) -> str:
@@ -254,8 +275,12 @@ def evidence_label(key: str) -> str:
 
 
 def evidence_pairs(finding: dict) -> list[tuple[str, str]]:
-    """(label, value with its unit) of a finding's evidence."""
-    return [(evidence_label(k), evidence_value(k, v)) for k, v in finding["evidence"].items()]
+    """(label, value with its unit) of a finding's evidence; keys that differ only by their unit
+    ('htod_pageable_bytes', 'htod_pageable_ns') keep a word for it ('htod pageable size', '… time')."""
+    labels = [evidence_label(k) for k in finding["evidence"]]
+    twice = {lab for lab in labels if labels.count(lab) > 1}
+    return [(lab + next((w for sfx, w in UNIT_WORD.items() if k.endswith(sfx)), "") if lab in twice else lab,
+             evidence_value(k, v)) for lab, (k, v) in zip(labels, finding["evidence"].items())]
 
 
 def keeping_snippets(report: dict, sanitize) -> dict:
