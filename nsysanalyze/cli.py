@@ -514,8 +514,9 @@ def report_cmd(files, baseline, out, force, step_range, max_steps):
         reports = [with_job_hint(reports[0])]
         base = load_report(baseline, step_range) if baseline else None
         chart = plot.svg([binned(r, max_steps) for r in ([base, reports[0]] if base else reports)])
+        view = ranks.cross_rank(reports) if ranks.rank_count(reports[0]) > 1 else None  # several processes/GPUs
         page = html_render.render(capped(reports[0], max_steps), chart, compare(base, reports[0]) if base else None,
-                                  timelines[0])
+                                  timelines[0], view)
     else:
         if baseline:
             raise click.UsageError("--baseline compares one FILE with BASE; give one FILE")

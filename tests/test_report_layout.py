@@ -41,7 +41,7 @@ def test_timeline_has_one_rect_per_activity_of_the_step(tmp_path):
     acts = re.findall(r'<rect class="act ([a-z-]+)"', svg)
     assert len(acts) == expected > 100 and {"kernel", "memcpy-htod"} <= set(acts)
     assert f"Timeline of {step['name']} (GPU" in page and f"{expected} GPU activities" in page
-    assert re.findall(r'<rect class="cpu nvtx"', svg) and re.findall(r'<rect class="gap idle"', svg)
+    assert re.findall(r"<rect class=\"cpu nvtx\"", svg) and re.findall(r"<rect class=\"gap idle nvtx_range\"", svg)
     assert "get batch" in svg and "stream 7" in svg
 
 
