@@ -56,7 +56,7 @@ def render(report: dict, sections=("summary", "steps", "findings"), top: int | N
         out += [f"### {gaps_title(report)}", ""] + _table(GAP_HEADERS, gaps) + [""] if gaps else []
     tables = [s for s in sections if s != "findings"]
     if tables and not details:
-        return "\n".join(out + [f"_{DETAILS_HINT}_", ""])
+        return "\n".join(out + [DETAILS_HINT, ""])
     devices = report["summary"]["devices"]
     if "summary" in sections and devices:
         headers = ["metric"] + [device_label(d, t["processes"]) for d in devices]
