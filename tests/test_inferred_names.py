@@ -56,4 +56,4 @@ def test_html_timeline_heading_names_the_step(tmp_path):
     run("report", shared_trace(MFU), "-o", out)
     page = out.read_text()
     assert re.search(r"Timeline of step \d+ \(GPU 0", page) and "Timeline of step  (" not in page
-    assert "<td>step 1</td>" in page
+    assert '<td class="t">step 1</td>' in page
