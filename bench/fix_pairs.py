@@ -1,6 +1,6 @@
 """Predicted vs realized gains on the project's own bad→fixed capture pairs (fixtures/fix_pairs.json).
 
-    python bench/fix_pairs.py            # markdown table, as in fixtures/README.md
+    python bench/fix_pairs.py [FIXTURES_DIR]     # markdown table, as in fixtures/README.md
 
 For each pair: the bad capture's gain for the rule the fix addresses (its what-if bound), the realized
 difference of the profiled step medians (the ledgers' windows; per sample when the fix changed the batch)
@@ -20,16 +20,22 @@ import nsysanalyze  # noqa: E402
 from nsysanalyze.render.contract import report  # noqa: E402
 
 
+def samples_ratio(pair: dict) -> float:
+    """How many bad steps' samples one fixed step holds (a fix that changed the batch), else 1."""
+    return pair["fixed_batch"] / pair["bad_batch"] if pair.get("per") == "sample" else 1.0
+
+
 def main() -> None:
-    pairs = json.loads((ROOT / "fixtures" / "fix_pairs.json").read_text())
+    fixtures = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fixtures"
+    pairs = json.loads((fixtures / "fix_pairs.json").read_text())
     print("| bad → fixed | fix | rule | bad step | fixed step | predicted | realized (profiled) | realized (unprofiled) | within |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for p in pairs:
         reports = {}
         for side in ("bad", "fixed"):
-            with nsysanalyze.open(ROOT / "fixtures" / p[side]) as a:
+            with nsysanalyze.open(fixtures / p[side]) as a:
                 reports[side] = report(a)
-        scale = p.get("samples_ratio", 1.0) if p.get("per", "step") == "sample" else 1.0
+        scale = samples_ratio(p)
         bad, fixed = reports["bad"]["ledger"][0]["window_ns"], reports["fixed"]["ledger"][0]["window_ns"] / scale
         found = [f for f in reports["bad"]["findings"] if f["rule"] == p["rule"]]
         predicted = found[0]["gain_ns"] if found else 0.0

@@ -499,8 +499,8 @@ class Analysis:
             notes.append("NVTX families " + ", ".join(repr(f) for f in choice.rejected) + " were not taken as steps: "
                          "their ranges hold only part of one iteration of the repeating GPU work (op- or layer-level).")
         if choice.source == "inferred":
-            notes.append(f"Steps inferred from the GPU work itself: {choice.label} (no NVTX step range); pass "
-                         "--step-range REGEX to choose one.")
+            notes.append(f"Steps inferred from the GPU work itself: {choice.label}, named step 1…N per GPU (no NVTX "
+                         "step range); pass --step-range REGEX to choose one.")
         elif choice.source is None and not self._capture_windows.empty:
             notes.append("No steps: no NVTX step range and no repeating kernel sequence; the capture is analyzed as one "
                          "window per device (pass --step-range REGEX to choose the step range).")

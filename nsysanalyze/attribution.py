@@ -371,6 +371,27 @@ def _idle_parts(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int
             yield key, a, b, mine, near, ends
 
 
+def interval_causes(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, host: pd.DataFrame,
+                    syncs: pd.DataFrame) -> np.ndarray:
+    """The cause kind (LEVELS) holding most of each of one device's idle intervals (sorted, disjoint; ns),
+    by the same precedence as :func:`attribute` (``host``: :func:`host_intervals`; ``syncs``: :func:`sync_ends`):
+    each interval is its own window. For the timeline of one step."""
+    out = np.full(idle_s.size, LEVELS[-1], dtype=object)
+    if idle_s.size == 0:
+        return out
+    mine = host[host["globalPid"].to_numpy() == key[0]] if len(host) else host
+    mine = mine.iloc[np.argsort(mine["start"].to_numpy(), kind="stable")] if len(mine) else mine
+    ends = np.sort(syncs["end"].to_numpy(np.int64)[syncs["globalPid"].to_numpy() == key[0]]) if len(syncs) else \
+        np.empty(0, np.int64)
+    windows = pd.DataFrame({"step": np.arange(idle_s.size), "window_start": idle_s, "window_end": idle_e,
+                            "cpu_start": idle_s, "first_launch": idle_s})
+    rows = _device_gaps(key, idle_s, idle_e, windows, mine, ends)
+    rows = rows[rows["step"] >= 0].groupby(["step", "cause_kind"], as_index=False)["ns"].sum()
+    top = rows.sort_values(["step", "ns"], kind="stable").drop_duplicates("step", keep="last")
+    out[top["step"].to_numpy()] = top["cause_kind"].to_numpy()
+    return out
+
+
 def idle_gap_metrics(windows: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> pd.DataFrame:
     """Per window row (globalPid, deviceId, window_start, window_end; disjoint per device): idle_gap_count
     (GPU idle intervals starting in it) and idle_short_gap_ns (their idle ns in gaps shorter than

@@ -15,7 +15,6 @@ from importlib import resources
 from pathlib import Path
 
 import click
-from click.utils import PacifyFlushWrapper
 
 from . import batch
 from .errors import InputError
@@ -98,12 +97,15 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
     a file that belongs to no job is printed alone after its note. Text and markdown show at most
     ``max_steps`` step rows per report (JSON and CSV: every step)."""
     from . import ranks
+    from .siblings import with_job_hint
 
     groups = ranks.jobs(reports) if "ranks" in sections else [{"traces": list(range(len(reports))), "note": None}]
     for job in groups:
         mine = [reports[i] for i in job["traces"]]
         several = len(mine) > 1 or ranks.rank_count(mine[0]) > 1
         job["view"] = ranks.cross_rank(mine) if "ranks" in sections and several else None
+    reports = [with_job_hint(r) if any(j["view"] is None and j["traces"] == [i] for j in groups) else r
+               for i, r in enumerate(reports)]  # one rank of a job given alone: say so, and how to see the job
     if fmt in ("text", "markdown"):
         reports = [capped(r, max_steps) for r in reports]
     if fmt == "json":
@@ -123,8 +125,8 @@ def emit(reports: list[dict], fmt: str, sections: tuple[str, ...], max_steps: in
         for job in groups:
             mine = [reports[i] for i in job["traces"]]
             parts += [f"> {markdown_text(job['note'])}"] if job["note"] else []
-            parts += [ranks_render.render_markdown(job["view"], mine, top)] if job["view"] is not None else []
-            parts += [md_render.render(r, sections, top) for r in mine if job["view"] is None or per_rank]
+            parts += [ranks_render.render_markdown(job["view"], mine, top, details)] if job["view"] is not None else []
+            parts += [md_render.render(r, sections, top, details) for r in mine if job["view"] is None or per_rank]
         click.echo("\n\n".join(parts))
     else:
         from rich.text import Text
@@ -230,7 +232,36 @@ def table_options(f):
     return common_options(f, TABLE_FORMATS)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+PIPE_STATUS = "nsysanalyze.status_if_the_pipe_closes"  # ctx.meta key: the exit status a command has decided
+
+
+class ClosedPipe(Exception):
+    """stdout's reader went away (``| head``): end quietly with ``status``, the exit status the command had
+    decided before printing (1 for a tripped gate: ``set -o pipefail`` still sees it), else 0."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+class Commands(click.Group):
+    """The command group: a broken pipe while parsing (--help) or running becomes :class:`ClosedPipe`, never
+    click's own handling of it (exit 1, the code of a tripped gate)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            raise ClosedPipe(0) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise ClosedPipe(ctx.meta.get(PIPE_STATUS, 0)) from None
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nsysanalyze")
 def cli():
     """Analyze Nsight Systems SQLite exports (nsys export --type sqlite) of training runs."""
@@ -415,6 +446,7 @@ def compare_cmd(ctx, base, new, fail_on, allow_missing, fmt, step_range):
         if gates and not r["summary"]["devices"]:
             raise InputError(f"{path}: no GPU activity in this export, nothing to gate on")
     result = compare(*reports, gates, allow_missing)
+    ctx.meta[PIPE_STATUS] = 1 if result["tripped"] else 0  # kept when the output's reader goes away
     if fmt == "json":
         click.echo(json_render.render(result))
     elif fmt == "markdown":
@@ -477,10 +509,14 @@ def report_cmd(files, baseline, out, force, step_range, max_steps):
     reports = [load_report(f, step_range) for f in files]
     timelines = [step_timeline_of(f, r, step_range) for f, r in zip(files, reports)]
     if len(reports) == 1:
+        from .siblings import with_job_hint
+
+        reports = [with_job_hint(reports[0])]
         base = load_report(baseline, step_range) if baseline else None
         chart = plot.svg([binned(r, max_steps) for r in ([base, reports[0]] if base else reports)])
+        view = ranks.cross_rank(reports) if ranks.rank_count(reports[0]) > 1 else None  # several processes/GPUs
         page = html_render.render(capped(reports[0], max_steps), chart, compare(base, reports[0]) if base else None,
-                                  timelines[0])
+                                  timelines[0], view)
     else:
         if baseline:
             raise click.UsageError("--baseline compares one FILE with BASE; give one FILE")
@@ -553,6 +589,26 @@ def timeline_cmd(files, out, step_count, whole, force, step_range):
 # ---- end of timeline ------------------------------------------------------------------------------------
 
 
+@cli.command("explain")
+@click.argument("term", nargs=-1)
+def explain_cmd(term):
+    """What a word of the output means (TERM: e.g. exposed, cuda_blocking, 'after sync', MAD, pp); without
+    TERM, every word."""
+    from .glossary import GLOSSARY, close_terms, explain
+
+    if not term:
+        for t, text in GLOSSARY.items():
+            click.echo(f"{t}: {text}")
+        return
+    found = explain(" ".join(term))
+    if found is None:
+        near = close_terms(" ".join(term))
+        raise click.UsageError(f"no glossary entry for {' '.join(term)!r}"
+                               + (f"; did you mean: {', '.join(near)}" if near else
+                                  "; `nsysanalyze explain` lists every term"))
+    click.echo(f"{found[0]}: {found[1]}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns every expected failure into one stderr line and exit code 2."""
     try:
@@ -568,9 +624,9 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as e:
         click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
         rc = 2
-    except BrokenPipeError:  # the reader (| head) went away: quiet, and not the exit code of a tripped gate
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        rc = 0
-    except SystemExit as e:  # click turns a broken pipe into exit 1 after wrapping the streams
-        rc = 0 if isinstance(sys.stdout, PacifyFlushWrapper) else e.code
+    except ClosedPipe as e:  # the reader (| head) went away: quiet, with the status the command had decided
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches it, not even at exit
+        rc = e.status
+    except SystemExit as e:
+        rc = e.code
     sys.exit(rc or 0)

@@ -92,7 +92,7 @@ BY_NAME = {m.name: m for m in METRICS}
 
 UNIT_SCALE = {NS: {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9},
               BYTES: {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9},
-              COUNT: {}, FRACTION: {}}
+              COUNT: {}, FRACTION: {"%": 0.01}}
 GATE = re.compile(r"^\s*(?P<name>[a-z_][a-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?\s*"
                   r"(?P<num>\d+(?:\.\d*)?|\.\d+)(?:[eE](?P<exp>[+-]?\d+))?\s*(?P<unit>%|[a-zA-Z]+)?\s*$")
 GATE_MAX = 1e18  # largest gate threshold in a metric's unit (ns: 31 years; bytes: 1 EB)
@@ -120,14 +120,43 @@ class Gate:
     threshold: float  # in the metric's unit (relative: a fraction, 0.05 = 5%)
 
 
-def parse_gate(expr: str) -> Gate:
-    """Parse ``step_time>+5%`` and friends; raise GateError with a one-line reason."""
+UNIT_WORDS = {NS: "a time", BYTES: "a size", COUNT: "a count", FRACTION: "a fraction in [0, 1]"}
+UNIT_NAMES = {NS: "ns, us, ms, s", BYTES: "B, kB, MB, GB", COUNT: "none", FRACTION: "none or %"}
+
+
+def in_metric_unit(expr: str, metric: Metric, op: str, value: float, unit: str | None) -> float:
+    """An absolute VALUE (a level or a change) in ``metric``'s unit, checked the same way for every unit:
+    the unit must be one of the metric's (``UNIT_SCALE``; a time or size needs one unless the value is 0,
+    a count takes none, a fraction takes none or ``%``), and a fraction's value must lie in [0, 1]."""
+    units = UNIT_SCALE[metric.unit]
+    key = (unit or "").lower()
+    needs_unit = metric.unit in (NS, BYTES) and value != 0
+    if (key or needs_unit) and key not in units:
+        examples = {NS: f"{metric.name}{op}120ms", BYTES: f"{metric.name}{op}1GB", COUNT: f"{metric.name}{op}10",
+                    FRACTION: f"{metric.name}{op}0.3 or {metric.name}{op}30%"}[metric.unit]
+        what = f"unit {unit!r} does not fit" if unit else "give a unit for"
+        raise GateError(f"--fail-on {expr!r}: {what} {metric.name} ({UNIT_WORDS[metric.unit]}; units: "
+                        f"{UNIT_NAMES[metric.unit]}), "
+                        f"e.g. '{examples}' (a relative change: '{metric.name}{op}+5%')")
+    value *= units.get(key, 1)
+    if metric.unit == FRACTION and value > 1:
+        as_level = (f"write {value / 100:g} or {value:g}%" if not unit and value <= 100
+                    else "write a value from 0 to 1 or from 0% to 100%")
+        raise GateError(f"--fail-on {expr!r}: {metric.name} is {UNIT_WORDS[FRACTION]} and never exceeds 1: "
+                        f"{as_level} (a relative change: '{metric.name}{op}+5%')")
+    return value
+
+
+def parse_gate(expr: str, shown_as: str | None = None) -> Gate:
+    """Parse ``step_time>+5%`` and friends; raise GateError with a one-line reason (quoting ``shown_as``,
+    the user's text, when given)."""
     kernel = KERNEL_GATE.match(expr)
     if kernel:  # the VALUE is read as for kernel_time (ns); the metric is the kernels matching TEXT
-        gate = parse_gate("kernel_time" + kernel["rest"])
+        gate = parse_gate("kernel_time" + kernel["rest"], expr)
         return Gate(expr=expr.strip(), metric=KERNEL_PREFIX + kernel["text"], op=gate.op, kind=gate.kind,
                     threshold=gate.threshold)
     m = GATE.match(expr)
+    expr = shown_as or expr
     if not m:
         raise GateError(f"malformed --fail-on expression {expr!r}: expected NAME OP VALUE, "
                         f"e.g. 'step_time>+5%' or 'gpu_idle_fraction>+0.03'")
@@ -136,24 +165,10 @@ def parse_gate(expr: str) -> Gate:
         raise GateError(f"unknown metric {name!r} in --fail-on {expr!r} (known: {', '.join(BY_NAME)})")
     metric = BY_NAME[name]
     value = float(m["num"] + (f"e{m['exp']}" if m["exp"] else ""))  # a float parse: 1e99999999 is inf at once
-    unit = (m["unit"] or "").lower()
-    signed = m["sign"] is not None
-    if unit == "%":
-        if signed:
-            kind, value = "relative", value / 100
-        elif metric.unit == FRACTION:
-            kind, value = "level", value / 100
-        else:
-            raise GateError(f"--fail-on {expr!r}: an unsigned % is a level and only fits fractions; "
-                            f"write a change as '{name}{m['op']}+{m['num']}%'")
+    if m["sign"] is not None and m["unit"] == "%":
+        kind, value = "relative", value / 100  # a relative change fits every unit
     else:
-        units = UNIT_SCALE[metric.unit]
-        if (unit or (units and value != 0)) and unit not in units:  # 0 needs no unit
-            known = ", ".join(units) or "none"
-            what = f"unit {m['unit']!r} does not fit" if unit else "give a unit for"
-            raise GateError(f"--fail-on {expr!r}: {what} {name} ({metric.unit}; units: {known})")
-        value *= UNIT_SCALE[metric.unit].get(unit, 1)
-        kind = "absolute" if signed else "level"
+        kind, value = "absolute" if m["sign"] else "level", in_metric_unit(expr, metric, m["op"], value, m["unit"])
     if not abs(value) <= GATE_MAX:
         raise GateError(f"--fail-on {expr!r}: value out of range (larger than {GATE_MAX:g})")
     if m["sign"] == "-":
@@ -210,7 +225,8 @@ def kernel_values(report: dict, text: str) -> dict[str, float]:
 
 
 def kernel_movers(base: dict, new: dict, scope: str, limit: int = TOP_KERNEL_MOVERS) -> list[dict]:
-    """Kernel names whose time changed most (absolute), per step or whole capture, summed over devices."""
+    """Kernel names whose time changed most (absolute), per step or whole capture, summed over devices;
+    unchanged ones left out (none changed: [])."""
     column = "per_step_ns" if scope == "step" else "total_ns"
 
     def by_name(report):
@@ -222,6 +238,7 @@ def kernel_movers(base: dict, new: dict, scope: str, limit: int = TOP_KERNEL_MOV
     if both.empty:
         return []
     both["abs"] = both["new"] - both["base"]
+    both = both[both["abs"] != 0]  # unchanged kernels are not movers
     both = both.reindex(both["abs"].abs().sort_values(ascending=False, kind="stable").index).head(limit)
     out = []
     for name, row in both.iterrows():

@@ -284,11 +284,15 @@ def _completion_before(t0: np.ndarray, t1: np.ndarray, idx: np.ndarray) -> np.nd
     return before[where[1:]].reshape(idx.shape)
 
 
+INFERRED_NAME = "step "  # inferred steps are named 'step 1' … 'step N' on each device
+
+
 def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     """Steps inferred from each device's repeating kernel sequence (see :func:`kernel_period`): one window
     per period, from one iteration boundary to the next (completion to completion, as NVTX steps; the
     GPU idle before an iteration's first kernel is that iteration's); columns as :func:`project_steps`
-    plus ``period_kernels``. CPU range = the window (every thread of the process)."""
+    plus ``period_kernels``; named 'step 1' … 'step N' per device. CPU range = the window (every thread of
+    the process)."""
     cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels"]
     names, starts, ends = (kernels[c].to_numpy() for c in ("nameId", "start", "end"))
     parts = []  # per device with a period: (globalPid, deviceId, period, boundaries, first kernel start)
@@ -302,8 +306,9 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     pids, devs, periods, marks, firsts = zip(*parts)
     steps = np.array([max(m.size - 1, 0) for m in marks])  # windows between boundaries, per device
     a, b = np.concatenate([m[:-1] for m in marks]), np.concatenate([m[1:] for m in marks])
-    out = pd.DataFrame({"globalPid": np.repeat(pids, steps), "globalTid": -1,
-                        "step": np.arange(a.size) - np.repeat(np.cumsum(steps) - steps, steps), "name": "",
+    number = np.arange(a.size) - np.repeat(np.cumsum(steps) - steps, steps)  # 0, 1, … per device
+    out = pd.DataFrame({"globalPid": np.repeat(pids, steps), "globalTid": -1, "step": number,
+                        "name": INFERRED_NAME + pd.Series(number + 1).astype(str),
                         "cpu_start": a, "cpu_end": b, "deviceId": np.repeat(devs, steps),
                         "gpu_start": a, "gpu_end": b, "window_start": a, "window_end": b,
                         # a window opening at the capture's first kernel misses its wait: open

@@ -1,3 +1,4 @@
+import os
 import shutil
 from pathlib import Path
 
@@ -6,7 +7,7 @@ import pytest
 from tiny import TinyTrace, gtid
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+SHARED_TRACES = Path(os.environ.get("NSYSANALYZE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))  # a worktree elsewhere: set it
 FIXTURES = ROOT / "fixtures"
 
 

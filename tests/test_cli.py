@@ -22,7 +22,7 @@ def test_example_is_a_real_trace_with_the_first_rung_of_the_ladder():
 
 def test_text_and_markdown_carry_findings_and_fixes():
     text = run("diagnose", "--example")
-    md = run("diagnose", "--example", "--format", "markdown")
+    md = run("diagnose", "--example", "--format", "markdown", "--details")
     assert text.returncode == md.returncode == 0
     for out in (text.stdout, md.stdout):
         assert "dataloader-workers" in out and "num_workers=8" in out and "get batch" in out
@@ -32,8 +32,8 @@ def test_text_and_markdown_carry_findings_and_fixes():
 def test_summary_and_steps_sections():
     summary = run("summary", "--example", "--format", "markdown").stdout
     steps = run("steps", "--example", "--format", "markdown").stdout
-    assert "### Summary" in summary and "### Steps" not in summary and "### Findings" not in summary
-    assert "### Steps" in steps and "Batch 11" in steps and "### Summary" not in steps
+    assert "### Summary" in summary and "### Per step" not in summary and "### Findings" not in summary
+    assert "### Per step" in steps and "Batch 11" in steps and "### Summary" not in steps
 
 
 def test_several_rank_files_give_a_cross_rank_view():

@@ -22,3 +22,22 @@ def test_no_install_from_pypi_and_the_capture_flags_that_work():
     assert "UseLZ4HighCompression=false" in README and "Symbol Files" in README
     assert "--allow-missing" in CI and "kernel:gemm>+10%" in CI
     assert "**Severity**" in README and "**Confidence**" in README
+
+
+def test_dependencies_survive_click_9_and_the_suite_can_run_in_parallel():
+    """No click API removed in Click 9 (PacifyFlushWrapper was); pytest-xdist in the dev extra and the README
+    saying how long the suite takes and how to run it on every core (CI keeps the serial command)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "click>=8.1,<9" in project["dependencies"]
+    assert any(d.startswith("pytest-xdist") for d in project["optional-dependencies"]["dev"])
+    assert "about 5 minutes on a 2-core machine" in README and "python -m pytest -q -n auto" in README
+    assert "-n auto" not in (ROOT / ".ci" / "run").read_text()
+    code = "import warnings; warnings.simplefilter('error', DeprecationWarning); import nsysanalyze.cli"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    assert "PacifyFlushWrapper" not in (ROOT / "nsysanalyze" / "cli.py").read_text()

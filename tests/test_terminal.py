@@ -54,11 +54,11 @@ def test_narrow_terminal_drops_columns_instead_of_cropping():
     report = analyze(BASELINE, None)
     out = rendered(report, 60)
     assert "…" not in out
-    table_part = out[out.index("Per step"):out.index("columns left out")]
+    table_part = out[out.index("Per step"):out.index("columns left out", out.index("Per step"))]
     assert all(line.rstrip() == line.rstrip()[:60] for line in table_part.splitlines())
     for s in report["steps"]:  # names and step windows whole, one row per step
         assert any(s["name"] in line and f"{s['window_ns'] / 1e6:,.1f}" in line for line in table_part.splitlines())
-    dropped = out[out.index("columns left out at this width: "):].split(":", 1)[1].split("(")[0]
+    dropped = out[out.index("columns left out at this width: ", out.index("Per step")):].split(":", 1)[1].split("(")[0]
     names = [d.strip() for d in dropped.split(",")]
     assert names and set(names) <= {h for h, _, _ in STEP_COLUMNS}
     for f in report["findings"]:

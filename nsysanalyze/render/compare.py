@@ -86,6 +86,14 @@ def kernel_title(comparison: dict) -> str:
     return f"Kernels: largest changes ({per}, summed over GPUs)"
 
 
+def kernels_unchanged(comparison: dict) -> str | None:
+    """'Kernels: no kernel's time changed (…)' when both traces have kernels and none moved, else None."""
+    row = next(r for r in comparison["metrics"] if r["name"] == "kernel_time")[comparison["gate_scope"]]
+    if comparison.get("kernels") or row["base"] is None or row["new"] is None:
+        return None
+    return kernel_title(comparison).replace("largest changes", "no kernel's time changed")
+
+
 def scope_line(comparison: dict) -> str:
     return f"Gates compare {SCOPE_TITLE[comparison['gate_scope']]} values."
 
@@ -134,6 +142,8 @@ def render_text(comparison: dict, console: Console) -> None:
                                [metric_cells(r, (scope,), label=False) for r in shown_metrics(c, (scope,))]))
     if c.get("kernels"):
         console.print(table_of(kernel_title(c), KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]], left=(4,)))
+    if kernels_unchanged(c):
+        console.print(Text(kernels_unchanged(c), style="bold"))
     lines = finding_lines(c)
     console.print(Text("Findings", style="bold"))
     for line in lines or ["no finding in either trace"]:
@@ -156,5 +166,6 @@ def render_markdown(comparison: dict) -> str:
     if c.get("kernels"):
         out += [f"### {kernel_title(c)}", ""] + md_table(KERNEL_HEADERS, [kernel_cells(k)[:-1] + [code_span(k["name"])]
                                                                      for k in c["kernels"]]) + [""]
+    out += [f"### {kernels_unchanged(c)}", ""] if kernels_unchanged(c) else []
     out += ["### Findings", ""] + [f"- {line}" for line in finding_lines(c) or ["no finding in either trace"]]
     return "\n".join(out) + "\n"

@@ -53,6 +53,13 @@ def records(frame: pd.DataFrame) -> list[dict]:
     return [dict(zip(names, row)) for row in zip(*columns)]
 
 
+def finding_record(finding: dict) -> dict:
+    """A finding with its evidence's bytes and counts as integers (``munmap_count: 2``, never ``2.0``)."""
+    evidence = {k: int(np.floor(v + 0.5)) if is_integer_key(k) and isinstance(v, float) and np.isfinite(v) else v
+                for k, v in finding["evidence"].items()}
+    return {**finding, "evidence": evidence}
+
+
 def uncaptured(frame: pd.DataFrame, schema) -> pd.DataFrame:
     """``frame`` with the metrics the trace did not capture set to null (see the module docstring)."""
     missing = [] if schema.has("OSRT_API") else OSRT_METRICS
@@ -85,10 +92,10 @@ def kernel_records(analysis) -> list[dict]:
 
 
 def finding_records(analysis) -> list[dict]:
-    """The findings as plain dicts, evidence values NaN (not measurable here) → None."""
+    """The findings as plain dicts (finding_record), evidence values NaN (not measurable here) → None."""
     out = []
     for f in analysis.findings():
-        d = f.to_dict()
+        d = finding_record(f.to_dict())
         d["evidence"] = {k: None if isinstance(v, float) and v != v else v for k, v in d["evidence"].items()}
         out.append(d)
     return out

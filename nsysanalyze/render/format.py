@@ -5,28 +5,8 @@ import math
 import re
 import shlex
 
+from ..units import count, ms, pct, size  # noqa: F401 (the renderers' formatters)
 from .sanitize import printable
-
-
-def ms(ns) -> str:
-    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else f"{ns / 1e6:,.1f} ms"
-
-
-def pct(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-
-def size(b) -> str:
-    if b is None or (isinstance(b, float) and math.isnan(b)):
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(b) >= scale:
-            return f"{b / scale:,.1f} {unit}"
-    return f"{b:.0f} B"
-
-
-def count(n) -> str:
-    return "-" if n is None or (isinstance(n, float) and math.isnan(n)) else f"{n:,.0f}"
 
 
 def evidence_value(key: str, value) -> str:
@@ -37,6 +17,8 @@ def evidence_value(key: str, value) -> str:
         return ms(value)
     if key.endswith("_bytes"):
         return size(value)
+    if key.endswith("_gbps"):
+        return "-" if value != value else f"{value:,.1f} GB/s"
     if key.endswith("_bps"):
         return "-" if value != value else f"{value / 1e9:,.1f} GB/s"
     if key.endswith(("_fraction", "_share", "_overlap")) or "share_of" in key:
@@ -260,18 +242,62 @@ def headlines(report: dict) -> list[tuple[str, str]]:
     return out
 
 
+def step_names(report: dict) -> str:
+    """The step family as the tables name its steps: 'Batch {n}', or for inferred steps 'step 1…14
+    (inferred from the kernel sequence, period 119 kernels)'."""
+    t = report["trace"]
+    if t.get("step_source") != "inferred":
+        return str(t["step_family"])
+    last = max((s["name"] for s in report.get("steps") or []), key=lambda n: (len(n), n), default="step 1")
+    family = str(t["step_family"]).replace(" (", ", ", 1).rstrip(")")
+    return f"step 1…{last.rsplit(' ', 1)[-1]} (inferred from the {family})"
+
+
+def compact_headlines(report: dict) -> list[str]:
+    """One short line per (process, GPU), its verdict: 'GPU 1 (pid 149): step 19.7 ms, idle 12.6% → pin-memory
+    (up to 1.4%)' (capture values without steps; '→ nothing flagged' when no rule matched)."""
+    out = []
+    for d in report["summary"]["devices"]:
+        mine = device_findings(report, d["globalPid"], d["deviceId"])
+        label = device_label(d, report["trace"]["processes"])
+        if steady_step_count(report, d["globalPid"], d["deviceId"]) and d.get("step_median_window_ns") is not None:
+            what = f"step {ms(d['step_median_window_ns'])}, idle {pct(d.get('step_median_idle_fraction'))}"
+        else:
+            what = f"capture {ms(d['window_ns'])}, idle {pct(d.get('gpu_idle_fraction'))}"
+        top = mine[0] if mine else None
+        nxt = (f"{top['rule']} (up to {top['gain_pct']:.1f}%)" if top and top["gain_ns"] else top["rule"] if top
+               else "nothing flagged")
+        out.append(f"{label}: {what} → {nxt}")
+    return out
+
+
 def trace_line(report: dict) -> str:
     """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n} · program: pytorch'."""
     t = report["trace"]
-    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or "no GPU activity"
-    steps = f"steps: {t['step_family']}" if t.get("step_family") else "no steps (one window per device)"
+    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or \
+        ("GPU model not recorded" if report["summary"]["devices"] else "no GPU activity")
+    steps = f"steps: {step_names(report)}" if t.get("step_family") else "no steps (one window per device)"
     program = f" · program: {t.get('framework') or 'unknown'}" + (" + MPI" if t.get("mpi") else "")
     return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
 
 
+UNIT_SUFFIX = re.compile(r"_(ns|bytes|bps|gbps)$")
+UNIT_WORD = {"_ns": " time", "_bytes": " size"}  # said when two keys differ only by their unit
+
+
+def evidence_label(key: str) -> str:
+    """An evidence key as words, its unit suffix dropped (the value carries the unit):
+    'pinned_copy_estimate_ns' → 'pinned copy estimate' (JSON keeps the key)."""
+    return UNIT_SUFFIX.sub("", key).replace("_", " ")
+
+
 def evidence_pairs(finding: dict) -> list[tuple[str, str]]:
-    """(label, value with its unit) of a finding's evidence."""
-    return [(k, evidence_value(k, v)) for k, v in finding["evidence"].items()]
+    """(label, value with its unit) of a finding's evidence; keys that differ only by their unit
+    ('htod_pageable_bytes', 'htod_pageable_ns') keep a word for it ('htod pageable size', '… time')."""
+    labels = [evidence_label(k) for k in finding["evidence"]]
+    twice = {lab for lab in labels if labels.count(lab) > 1}
+    return [(lab + next((w for sfx, w in UNIT_WORD.items() if k.endswith(sfx)), "") if lab in twice else lab,
+             evidence_value(k, v)) for lab, (k, v) in zip(labels, finding["evidence"].items())]
 
 
 def keeping_snippets(report: dict, sanitize) -> dict:
@@ -292,3 +318,34 @@ def timeline_hint(paths: list[str]) -> str:
     """The line that points to the Perfetto timeline of these traces (``nsysanalyze timeline``)."""
     files = " ".join(shlex.quote(str(p)) for p in paths)
     return f"See the timeline: nsysanalyze timeline {files} -o timeline.json, then open it in ui.perfetto.dev"
+
+
+# Section titles, the same in text, markdown and HTML.
+FINDINGS_TITLE = "Findings (largest possible gain first)"
+SUMMARY_TITLE = "Summary (whole capture; step medians where marked)"
+STEPS_TITLE = "Per step (* first step: its window starts at its own GPU work; medians skip it)"
+SUBRANGES_TITLE = "CPU sub-ranges (median per step)"
+DETAILS_HINT = "Summary and per-step tables: --details."
+GAP_ROWS = 5  # idle causes shown per device
+GAP_HEADERS = ["device", "cause", "kind", "idle", "before 1st launch", "after sync"]
+
+
+def gaps_title(report: dict) -> str:
+    """'Where the GPU waited (median per step)', or '(whole capture)' for a trace without steps."""
+    return "Where the GPU waited " + ("(median per step)" if report.get("steps") else "(whole capture)")
+
+
+def gap_cells(report: dict) -> list[list[str]]:
+    """Rows of the idle-cause table (``GAP_HEADERS``): the top ``GAP_ROWS`` causes per device."""
+    labels = {(d["globalPid"], d["deviceId"]): device_label(d, report["trace"]["processes"])
+              for d in report["summary"]["devices"]}
+    shown: dict = {}
+    cells = []
+    for r in report.get("gaps") or []:
+        key = (r["globalPid"], r["deviceId"])
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= GAP_ROWS:
+            cells.append([labels.get(key, ""), str(r["cause"]), r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]),
+                          ms(r["after_sync_ns"])])
+    return cells
+

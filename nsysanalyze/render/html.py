@@ -11,20 +11,23 @@ from __future__ import annotations
 import html
 import math
 
-from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, metric_cells, metric_headers,
-                      metric_scopes, shown_metrics, verdict_line)
-from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, ms, pct, rel_change, step_cells,
-                     subrange_table, summary_cells, timeline_hint, trace_line, trace_name)
+from .compare import (KERNEL_HEADERS, finding_lines, kernel_cells, kernel_title, kernels_unchanged, metric_cells,
+                      metric_headers, metric_scopes, shown_metrics, verdict_line)
+from .format import (FINDINGS_TITLE, GAP_HEADERS, STEP_COLUMNS, STEPS_TITLE, SUBRANGES_TITLE, SUMMARY_TITLE,
+                     device_label, evidence_pairs, gain_text, gap_cells, gaps_title,
+                     headlines, ms, pct, rel_change, step_cells, subrange_table, summary_cells, timeline_hint,
+                     trace_line, trace_name)
 from .ranks import RANK_HEADERS, rank_cells, rank_findings, ranks_where, top_rules, verdict
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1150px;
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1400px;
 padding:16px 24px;color:#1d232a;background:#fff}
 h1{font-size:22px;margin:8px 0 4px;word-break:break-all}h2{font-size:18px;margin:28px 0 8px;
 border-bottom:1px solid #e3e6ea;padding-bottom:4px}h3{font-size:15px;margin:4px 0}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{padding:3px 10px;border-bottom:1px solid #eceff2;
 text-align:right;vertical-align:top}th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
-td:first-child{max-width:420px;overflow-wrap:anywhere}
+td:first-child{max-width:420px;overflow-wrap:anywhere}.tablebox{max-width:100%;overflow-x:auto}
+th.t,td.t{text-align:left;overflow-wrap:anywhere;word-break:break-word;min-width:8em}td:not(.t){white-space:nowrap}
 .meta{color:#57606a}.note{background:#fff8e1;border-left:4px solid #f2b600;padding:6px 10px;margin:6px 0}
 .finding{border:1px solid #e3e6ea;border-radius:6px;padding:10px 14px;margin:12px 0}
 .sev{display:inline-block;border-radius:10px;padding:0 8px;color:#fff;font-size:12px;margin-right:6px}
@@ -36,7 +39,7 @@ code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 table.ev th{text-align:left;font-weight:normal;color:#57606a;background:none}table.ev td{text-align:right}
 ul.headline{list-style:none;padding:0;margin:8px 0;font-size:15px}ul.headline li{margin:6px 0}
 .delta{font-size:20px;font-weight:700;margin:8px 0}.delta.better{color:#2e7d32}.delta.worse{color:#c62828}
-.timeline{overflow-x:auto}.timeline svg{font:11px system-ui,sans-serif}
+.timeline svg{font:11px system-ui,sans-serif}
 .timeline text.tick{fill:#57606a;text-anchor:middle}.timeline line.tick{stroke:#eceff2}
 .timeline rect.window{fill:#f6f8fa}.timeline rect.cpu{stroke:#fff;stroke-width:0.8}
 .timeline text.range{fill:#1d232a;font-size:10px}.legend span{margin-right:12px;font-size:12px;white-space:nowrap}
@@ -60,9 +63,14 @@ def h(tag: str, *children, cls: str | None = None, id: str | None = None) -> Saf
     return Safe(f"<{tag}{attr}>{inner}</{tag}>")
 
 
-def table(headers: list, rows: list[list]) -> Safe:
-    head = h("tr", [h("th", x) for x in headers])
-    return h("table", h("thead", head), h("tbody", [h("tr", [h("td", c) for c in r]) for r in rows]))
+def table(headers: list, rows: list[list], text: tuple[int, ...] = (0,)) -> Safe:
+    """A table in a box that scrolls sideways rather than widen the page; the ``text`` columns are
+    left-aligned and wrap anywhere (kernel names), the others are numbers (right-aligned)."""
+    def cell(tag, i, x):
+        return h(tag, x, cls="t" if i in text else None)
+    head = h("tr", [cell("th", i, x) for i, x in enumerate(headers)])
+    body_rows = [h("tr", [cell("td", i, c) for i, c in enumerate(r)]) for r in rows]
+    return h("div", h("table", h("thead", head), h("tbody", body_rows)), cls="tablebox")
 
 
 def header(report: dict) -> list[Safe]:
@@ -81,16 +89,16 @@ def summary(report: dict) -> list[Safe]:
         return []
     headers = ["metric"] + [device_label(d, report["trace"]["processes"]) for d in devices]
     rows = summary_cells(devices)
-    return [h("h2", "Summary (whole capture; step medians where marked)"), table(headers, rows)]
+    return [h("h2", SUMMARY_TITLE), table(headers, rows)]
 
 
 def steps(report: dict) -> list[Safe]:
     if not report["steps"]:
         return []
-    out = [h("h2", "Per step"), table([c for c, _, _ in STEP_COLUMNS], [step_cells(s) for s in report["steps"]])]
+    out = [h("h2", STEPS_TITLE), table([c for c, _, _ in STEP_COLUMNS], [step_cells(s) for s in report["steps"]])]
     sub = subrange_table(report)
     if sub:
-        out += [h("h3", "CPU sub-ranges (median per step)"),
+        out += [h("h3", SUBRANGES_TITLE),
                 table(["range", "time", "share of step"], [[n, ms(ns), pct(sh)] for n, ns, sh in sub])]
     return out
 
@@ -116,7 +124,7 @@ def finding_box(i: int, f: dict, where: str = "") -> Safe:
 
 def findings(report: dict, found: list[dict] | None = None, where=lambda f: "") -> list[Safe]:
     found = report["findings"] if found is None else found
-    out = [h("h2", "Findings (largest possible gain first)")]
+    out = [h("h2", FINDINGS_TITLE)]
     if not found:
         out.append(h("p", "No finding: no rule matched this trace."))
     return out + [finding_box(i, f, where(f)) for i, f in enumerate(found, 1)]
@@ -145,7 +153,8 @@ def comparison(c: dict) -> list[Safe]:
     out += [h("div", n, cls="note") for n in c["notes"]]
     out.append(table(metric_headers(scopes), rows))
     if c.get("kernels"):
-        out += [h("h3", kernel_title(c)), table(KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]])]
+        out += [h("h3", kernel_title(c)), table(KERNEL_HEADERS, [kernel_cells(k) for k in c["kernels"]], text=(4,))]
+    out += [h("h3", kernels_unchanged(c))] if kernels_unchanged(c) else []
     out += [h("h3", "Findings"), h("ul", [h("li", x) for x in finding_lines(c) or ["no finding in either trace"]])]
     return out
 
@@ -154,36 +163,60 @@ TIMELINE_COLOURS = [("kernel", "kernel", "#4878d0"), ("nccl", "NCCL", "#8e6fd8")
                     ("memcpy-dtoh", "DtoH", "#d65f5f"), ("memcpy-dtod", "DtoD", "#6acc65"),
                     ("memcpy-ptop", "PtoP", "#82c6e2"), ("memcpy-other", "memcpy", "#dc7ec0"),
                     ("memset", "memset", "#8c8c8c"), ("nvtx", "NVTX range", "#f2c14e"),
-                    ("blocking", "blocking call", "#c62828"), ("idle", "GPU idle", "#d9d9d9")]
-CSS += "".join(f".timeline .{k},.legend .{k}{{fill:{c};background:{c}}}" for k, _, c in TIMELINE_COLOURS)
-LABEL_W, PLOT_W, ROW_H, LANE_GAP, AXIS_H = 140, 840, 16, 6, 22
+                    ("blocking", "blocking CUDA call", "#c62828"), ("os-munmap", "munmap", "#6d4c41"),
+                    ("os-file-io", "file I/O", "#00897b"), ("os-wait", "OS wait", "#9e9d24")]
+# GPU idle gaps by the cause kind that holds most of each (attribution.LEVELS)
+IDLE_COLOURS = [("cuda_blocking", "idle: blocking CUDA call", "#ef9a9a"), ("os_runtime", "idle: OS call", "#bcaaa4"),
+                ("launch", "idle: kernel launch", "#90caf9"), ("os_wait", "idle: OS wait", "#e6ee9c"),
+                ("nvtx_range", "idle: host work in an NVTX range", "#ffe082"),
+                ("untraced", "idle: untraced host work", "#d9d9d9")]
+CSS += "".join(f".timeline .{k},.legend .{k}{{fill:{c};background:{c}}}" for k, _, c in TIMELINE_COLOURS + IDLE_COLOURS)
+ZOOMS = (1, 2, 4, 8, 16)
+CSS += """
+.tl{display:flex;border:1px solid #e3e6ea;border-radius:4px}.tllabels{flex:0 0 150px;font-size:12px;color:#57606a;
+border-right:1px solid #e3e6ea}.tllabels div{overflow:hidden;white-space:nowrap;text-overflow:ellipsis;padding:0 6px;
+box-sizing:border-box}.tlscroll{flex:1 1 auto;overflow-x:auto;min-width:0}.tlinner{position:relative;width:100%}
+.tlinner svg{display:block;width:100%}.tlticks{position:relative;font-size:11px;color:#57606a}
+.tlticks span{position:absolute;top:4px;transform:translateX(-50%);white-space:nowrap}
+.zoombar{margin:6px 0;font-size:13px}.zoombar label{border:1px solid #d0d7de;border-radius:4px;padding:1px 8px;
+margin-left:4px;cursor:pointer}.timeline input{position:absolute;opacity:0;pointer-events:none}
+.timeline rect.gap{stroke:#fff;stroke-width:0.3}
+"""
+PLOT_W, ROW_H, LANE_GAP, AXIS_H = 1000, 30, 10, 24
+TIMELINE_MIN_PX = 560  # few lanes get taller rows: the step is read at a glance
 
 
-def timeline_svg(tl: dict) -> Safe:
-    """The step as inline SVG: one rect per item, a <title> each; GPU activities have class 'act KIND'."""
+def timeline_svg(tl: dict) -> tuple[Safe, list[tuple[str, int, int]], int]:
+    """The step as inline SVG (``viewBox`` 0..PLOT_W wide, stretched to the container's width, so zooming
+    widens it): one rect per item with a <title>; GPU activities have class 'act KIND', CPU items 'cpu
+    KIND', idle gaps 'gap idle CAUSE'; rows at least ROW_H px, taller when few lanes (TIMELINE_MIN_PX in
+    all). Returns the SVG, the lanes' (label, height px, row height px) for the labels beside it (HTML,
+    outside the SVG so their text is never stretched) and the SVG's height."""
     span = max(tl["t1"] - tl["t0"], 1)
-    x_of = lambda t: LABEL_W + PLOT_W * (t - tl["t0"]) / span  # noqa: E731
-    parts, y = [], AXIS_H
+    x_of = lambda t: PLOT_W * (t - tl["t0"]) / span  # noqa: E731
+    rows = sum(lane["rows"] for lane in tl["lanes"]) or 1
+    row_h = max(ROW_H, int((TIMELINE_MIN_PX - LANE_GAP * len(tl["lanes"])) / rows))
+    parts, labels, y = [], [], 0
     for lane in tl["lanes"]:
-        height = lane["rows"] * ROW_H
-        parts.append(f'<text x="4" y="{y + ROW_H - 4}" class="lane">{esc(lane["label"])}</text>')
+        height = lane["rows"] * row_h
+        labels.append((lane["label"], height + LANE_GAP, row_h))
         for it in lane["items"]:
-            x, w = x_of(it["start"]), max(PLOT_W * (it["end"] - it["start"]) / span, 0.6)
-            group = "act" if it["kind"] not in ("nvtx", "blocking", "idle") else "cpu" if it["kind"] != "idle" else "gap"
+            x, w = x_of(it["start"]), max(PLOT_W * (it["end"] - it["start"]) / span, 0.15)
+            kind = it["kind"]
+            group = "gap" if kind == "idle" else "act" if kind not in ("nvtx", "blocking") and not kind.startswith("os-") \
+                else "cpu"
+            cls = f"{group} {kind}" + (f" {it['cause']}" if kind == "idle" and it.get("cause") else "")
             tip = f"{it['name']}: {(it['end'] - it['start']) / 1e3:,.1f} µs"
-            top = y + it["row"] * ROW_H
-            parts.append(f'<rect class="{group} {it["kind"]}" x="{x:.2f}" y="{top + 1}" '
-                         f'width="{w:.2f}" height="{ROW_H - 2}"><title>{esc(tip)}</title></rect>')
-            if it["kind"] == "nvtx" and w > 7 * len(it["name"]):  # the range's name inside it when it fits
-                parts.append(f'<text class="range" x="{x + 3:.2f}" y="{top + ROW_H - 4}">{esc(it["name"])}</text>')
+            parts.append(f'<rect class="{esc(cls)}" x="{x:.3f}" y="{y + it["row"] * row_h + 2}" '
+                         f'width="{w:.3f}" height="{row_h - 4}"><title>{esc(tip)}</title></rect>')
         y += height + LANE_GAP
-    ticks = nice_ticks(span)
-    axis = [f'<line x1="{x_of(tl["t0"] + t):.2f}" x2="{x_of(tl["t0"] + t):.2f}" y1="{AXIS_H - 4}" y2="{y}" class="tick"/>'
-            f'<text x="{x_of(tl["t0"] + t):.2f}" y="{AXIS_H - 8}" class="tick">{t / 1e6:g} ms</text>' for t in ticks]
-    window = (f'<rect class="window" x="{x_of(tl["window_start"]):.2f}" y="{AXIS_H - 4}" '
-              f'width="{x_of(tl["window_end"]) - x_of(tl["window_start"]):.2f}" height="{y - AXIS_H + 4}"/>')
-    return Safe(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LABEL_W + PLOT_W + 10} {y}" '
-                f'width="{LABEL_W + PLOT_W + 10}" height="{y}" role="img">{window}{"".join(axis)}{"".join(parts)}</svg>')
+    grid = "".join(f'<line x1="{x_of(tl["t0"] + t):.2f}" x2="{x_of(tl["t0"] + t):.2f}" y1="0" y2="{y}" class="tick" '
+                   f'vector-effect="non-scaling-stroke"/>' for t in nice_ticks(span))
+    window = (f'<rect class="window" x="{x_of(tl["window_start"]):.3f}" y="0" '
+              f'width="{x_of(tl["window_end"]) - x_of(tl["window_start"]):.3f}" height="{y}"/>')
+    svg = Safe(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {PLOT_W} {y}" preserveAspectRatio="none" '
+               f'width="100%" height="{y}" role="img">{window}{grid}{"".join(parts)}</svg>')
+    return svg, labels, y
 
 
 def nice_ticks(span_ns: float, target: int = 8) -> list[float]:
@@ -194,13 +227,40 @@ def nice_ticks(span_ns: float, target: int = 8) -> list[float]:
     return [i * step for i in range(int(span_ns // step) + 1)]
 
 
-def timeline(tl: dict | None) -> list[Safe]:
+def zoom_css(prefix: str) -> str:
+    """The zoom control's rules for one timeline (ids ``{prefix}z1``…): no script, a checked radio widens it."""
+    return "".join(f"#{prefix}z{z}:checked~.tl .tlinner{{width:{100 * z}%}}"
+                   f"#{prefix}z{z}:checked~.zoombar label[for={prefix}z{z}]{{background:#1d232a;color:#fff}}"
+                   for z in ZOOMS)
+
+
+def timeline(tl: dict | None, n: int = 0) -> list[Safe]:
+    """The timeline section: title, legend, zoom control (1×…16×, scroll sideways), lane labels, the SVG."""
     if tl is None:
         return []
-    legend = h("div", [h("span", h("i", "", cls=f"sw {k}"), label) for k, label, _ in TIMELINE_COLOURS], cls="legend")
-    title = (f"Timeline of step {tl['step']} (GPU {tl['deviceId']}, the steady step closest to the median): "
+    prefix = f"tl{n}"
+    kinds = {it["kind"] for lane in tl["lanes"] for it in lane["items"]}
+    causes = {it.get("cause") for lane in tl["lanes"] for it in lane["items"] if it["kind"] == "idle"}
+    legend = h("div", [h("span", h("i", "", cls=f"sw {k}"), label) for k, label, _ in TIMELINE_COLOURS if k in kinds]
+               + [h("span", h("i", "", cls=f"sw {k}"), label) for k, label, _ in IDLE_COLOURS if k in causes],
+               cls="legend")
+    title = (f"Timeline of {tl['step'] or 'one step'} (GPU {tl['deviceId']}, the steady step closest to the median): "
              f"{tl['activities']} GPU activities; the shaded band is the step's GPU window")
-    return [h("h2", title), legend, h("div", timeline_svg(tl), cls="timeline", id="timeline")]
+    svg, labels, height = timeline_svg(tl)
+    span = max(tl["t1"] - tl["t0"], 1)
+    ticks = h("div", Safe("".join(f'<span style="left:{100 * t / span:.3f}%{";transform:none" if t == 0 else ""}">'
+                                  f'{t / 1e6:g} ms</span>' for t in nice_ticks(span))), cls="tlticks")
+    lane_labels = [Safe(f'<div style="height:{AXIS_H}px"></div>')] + [
+        Safe(f'<div style="height:{px}px;line-height:{row_h}px" title="{esc(label)}">{esc(label)}</div>')
+        for label, px, row_h in labels]
+    radios = Safe("".join(f'<input type="radio" name="{prefix}z" id="{prefix}z{z}"{" checked" if z == 1 else ""}>'
+                          for z in ZOOMS))
+    bar = Safe('<div class="zoombar">zoom:' + "".join(f'<label for="{prefix}z{z}">{z}×</label>' for z in ZOOMS)
+               + " (scroll sideways when zoomed; hover a bar for its name and duration)</div>")
+    body = Safe(f'<div class="tl"><div class="tllabels">{"".join(lane_labels)}</div><div class="tlscroll">'
+                f'<div class="tlinner"><div style="height:{AXIS_H}px">{ticks}</div>{svg}</div></div></div>')
+    return [h("h2", title), legend, h("style", Safe(zoom_css(prefix))),
+            Safe(f'<div class="timeline" id="{"timeline" if n == 0 else prefix}">{radios}{bar}{body}</div>')]
 
 
 def perfetto_hint(paths: list[str]) -> list[Safe]:
@@ -209,22 +269,19 @@ def perfetto_hint(paths: list[str]) -> list[Safe]:
 
 
 def gaps(report: dict) -> list[Safe]:
-    rows = [[r["cause"], r["cause_kind"], ms(r["ns"]), ms(r["before_launch_ns"]), ms(r["after_sync_ns"])]
-            for r in report.get("gaps") or []]
-    if not rows:
-        return []
-    return [h("h3", "Where the GPU waited (idle per step median, or whole capture)"),
-            table(["cause", "kind", "idle", "before 1st launch", "after sync"], rows)]
+    cells = gap_cells(report)
+    return [h("h3", gaps_title(report)), table(GAP_HEADERS, cells, text=(0, 1, 2))] if cells else []
 
 
-def body(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None) -> list:
-    """One report's sections, verdict first."""
+def body(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None,
+         n: int = 0) -> list:
+    """One report's sections, verdict first (``n``: its place on the page, for the timeline's ids)."""
     chart = []
     if chart_svg:
         caption = "GPU time per step (ms)" + (": baseline left, this trace right" if compared else "")
         chart = [h("h2", caption), h("div", Safe(chart_svg), cls="chart")]
     out = [*header(report), *(baseline_headline(compared) if compared else []), *headline(report),
-           *notes(report), *findings(report), *timeline(tl), *perfetto_hint([report["trace"]["path"]]), *chart]
+           *notes(report), *findings(report), *timeline(tl, n), *perfetto_hint([report["trace"]["path"]]), *chart]
     out += comparison(compared) if compared else []
     return out + [*summary(report), *steps(report), *gaps(report)]
 
@@ -234,7 +291,7 @@ def ranks_section(view: dict, reports: list[dict]) -> list[Safe]:
     fastest = view["summary"].get("step_ns_min")
     rules = top_rules(view, reports)
     out = [h("h1", "nsysanalyze: ", f"{len(view['ranks'])} ranks"), h("ul", [h("li", x) for x in verdict(view)]),
-           table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]])]
+           table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], text=(0, 1, 9))]
     return out + findings({"findings": []}, rank_findings(view, reports), ranks_where)
 
 
@@ -245,15 +302,18 @@ def page(title: str, parts: list) -> str:
     return "<!DOCTYPE html>\n" + Safe(f'<html lang="en">{head}{h("body", parts)}</html>') + "\n"
 
 
-def render(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None) -> str:
+def render(report: dict, chart_svg: str | None = None, compared: dict | None = None, tl: dict | None = None,
+           view: dict | None = None) -> str:
     """The whole page of one trace. ``chart_svg`` is trusted markup from ``render.plot.svg``; ``tl`` the
-    step's lanes (``nsysanalyze.timeline``)."""
-    return page("nsysanalyze: " + trace_name(report), body(report, chart_svg, compared, tl))
+    step's lanes (``nsysanalyze.timeline``); ``view``: the cross-rank view of a file holding several
+    processes or GPUs (``ranks.cross_rank``), shown first."""
+    lead = [*ranks_section(view, [report]), Safe("<hr>")] if view is not None else []
+    return page("nsysanalyze: " + trace_name(report), lead + body(report, chart_svg, compared, tl))
 
 
 def render_ranks(reports: list[dict], view: dict, charts: list[str | None], timelines: list[dict | None]) -> str:
     """One page for several ranks: the cross-rank view first, then each rank's sections."""
     parts = ranks_section(view, reports) + perfetto_hint([r["trace"]["path"] for r in reports])
-    for r, chart, tl in zip(reports, charts, timelines):
-        parts += [Safe("<hr>"), *body(r, chart, None, tl)]
+    for n, (r, chart, tl) in enumerate(zip(reports, charts, timelines)):
+        parts += [Safe("<hr>"), *body(r, chart, None, tl, n)]
     return page(f"nsysanalyze: {len(view['ranks'])} ranks", parts)

@@ -1,8 +1,9 @@
 """Markdown renderer (for PR comments): headline and next step, notes, findings with fixes, then the tables."""
 from __future__ import annotations
 
-from .format import (STEP_COLUMNS, code_fence, device_label, evidence_pairs, gain_text, headlines, keeping_snippets,
-                     ms, pct, step_cells, subrange_table, summary_cells)
+from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, STEP_COLUMNS, STEPS_TITLE, SUBRANGES_TITLE,
+                     SUMMARY_TITLE, code_fence, device_label, evidence_pairs, gain_text, gap_cells, gaps_title, headlines,
+                     keeping_snippets, ms, pct, step_cells, step_names, subrange_table, summary_cells)
 from .sanitize import code_span, for_markdown
 
 
@@ -24,7 +25,7 @@ def finding_block(index: int, f: dict, where: str = "") -> list[str]:
 
 
 def findings_blocks(findings: list[dict], top: int | None = None, where=lambda f: "") -> list[str]:
-    out = ["### Findings", ""]
+    out = [f"### {FINDINGS_TITLE}", ""]
     if not findings:
         out += ["No finding: no rule matched this trace.", ""]
     shown = findings if top is None else findings[:top]
@@ -35,28 +36,37 @@ def findings_blocks(findings: list[dict], top: int | None = None, where=lambda f
     return out
 
 
-def render(report: dict, sections=("summary", "steps", "findings"), top: int | None = None) -> str:
+def render(report: dict, sections=("summary", "steps", "findings"), top: int | None = None,
+           details: bool = True) -> str:
+    """The same sections as the text output: headline, notes, findings and where the GPU waited (with
+    ``"findings"`` in sections), then the tables when ``details``."""
     report = keeping_snippets(report, for_markdown)  # trace strings shown literally, never as markdown
     t = report["trace"]
     out = [f"## nsysanalyze: {code_span(t['path'])}", "",
            f"nsys {t['nsys_version'] or '?'} (schema {t['schema_version'] or '?'}), "
            f"{len(t['processes'])} process(es), {len(t['devices'])} GPU(s)"
-           + (f", step range {code_span(t['step_family'])}" if t.get("step_family") else ""), ""]
+           + (f", steps {code_span(step_names(report))}" if t.get("step_family") else ""), ""]
     for head, nxt in headlines(report):
         out += [f"- {head}  ", f"  **{nxt}**"]
     out += [""] if report["summary"]["devices"] else []
     out += [f"> {n}" for n in report["notes"]] + ([""] if report["notes"] else [])
     if "findings" in sections:
         out += findings_blocks(report["findings"], top)
+        gaps = gap_cells(report)
+        out += [f"### {gaps_title(report)}", ""] + _table(GAP_HEADERS, gaps) + [""] if gaps else []
+    tables = [s for s in sections if s != "findings"]
+    if tables and not details:
+        return "\n".join(out + [DETAILS_HINT, ""])
     devices = report["summary"]["devices"]
     if "summary" in sections and devices:
         headers = ["metric"] + [device_label(d, t["processes"]) for d in devices]
-        out += ["### Summary", ""] + _table(headers, summary_cells(devices)) + [""]
+        out += [f"### {SUMMARY_TITLE}", ""] + _table(headers, summary_cells(devices)) + [""]
     if "steps" in sections and report["steps"]:
-        out += ["### Steps", ""] + _table([h for h, _, _ in STEP_COLUMNS], [step_cells(s) for s in report["steps"]])
+        out += [f"### {STEPS_TITLE}", ""] + _table([h for h, _, _ in STEP_COLUMNS],
+                                                   [step_cells(s) for s in report["steps"]])
         sub = subrange_table(report)
         if sub:
-            out += ["", "CPU sub-ranges (median per step):", ""]
+            out += ["", f"{SUBRANGES_TITLE}:", ""]
             out += _table(["range", "time", "share of step"], [[n, ms(ns), pct(sh)] for n, ns, sh in sub])
         out.append("")
     return "\n".join(out)

@@ -1,8 +1,9 @@
 """Per-step time partition as stacked bars (matplotlib, Agg; no pyplot global state).
 
-One panel per report, side by side with a shared y axis (ms), so before/after runs compare at a
-glance. Each bar is one step window (per device) split into the ``time_*`` partition of
-``metrics.py`` plus idle; a report without steps gets one bar per device: its whole capture.
+One panel per report and GPU (a report of several GPUs gets one panel per GPU, each with its own
+median), side by side with a shared y axis (ms), so before/after runs compare at a glance. Each bar
+is one step window split into the ``time_*`` partition of ``metrics.py`` plus idle; a report without
+steps gets one panel with one bar per device: its whole capture.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from ..errors import InputError
-from .format import TIME_PARTITION, bar_label, partition_bars, trace_name
+from .format import TIME_PARTITION, bar_label, device_label, partition_bars, step_names, trace_name
 
 FORMATS = (".png", ".svg")
 MAX_TICKS = 30
@@ -33,12 +34,13 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit // 3] + "…" + text[-(limit - limit // 3 - 1):]
 
 
-def panel_title(report: dict, is_step: bool, label: str | None = None) -> str:
+def panel_title(report: dict, is_step: bool, label: str | None = None, device: str | None = None) -> str:
     t = report["trace"]
     gpus = sorted({d["name"] for d in t["devices"] if d.get("name")})
-    head = (f"{label}: " if label else "") + trace_name(report) + (f" · {', '.join(gpus)}" if gpus else "")
+    head = ((f"{label}: " if label else "") + trace_name(report) + (f" · {device}" if device else "")
+            + (f" · {', '.join(gpus)}" if gpus else ""))
     if is_step:
-        family = _cut(t.get("step_family") or "per --step-range", 3 * LABEL_CHARS)
+        family = _cut(step_names(report) if t.get("step_family") else "per --step-range", 3 * LABEL_CHARS)
         return f"{head}\nsteps: {family}"
     return f"{head}\nno steps found: whole capture as one bar per GPU"
 
@@ -53,22 +55,35 @@ def median_ms(rows: list[dict], is_step: bool) -> float | None:
     return heights[mid] if len(heights) % 2 else (heights[mid - 1] + heights[mid]) / 2
 
 
+def report_panels(report: dict, label: str | None) -> list[tuple[dict, list[dict], bool, str | None, str | None]]:
+    """(report, bars, is_step, label, device) per panel: one per (process, GPU) of a report with steps on
+    several GPUs (each panel its own median), else one."""
+    rows, is_step = partition_bars(report)
+    keys = list(dict.fromkeys((r["globalPid"], r["deviceId"]) for r in rows))
+    if not is_step or len(keys) < 2:
+        return [(report, rows, is_step, label, None)]
+    devices = {(d["globalPid"], d["deviceId"]): d for d in report["summary"]["devices"]}
+    procs = report["trace"]["processes"]
+    return [(report, [r for r in rows if (r["globalPid"], r["deviceId"]) == key], True, label,
+             device_label(devices.get(key, {"globalPid": key[0], "deviceId": key[1]}), procs)) for key in keys]
+
+
 def figure(reports: list[dict], labels: list[str] | None = None):
     """The figure (matplotlib ``Figure``) for one or several reports; ``labels`` name the panels (before/after).
     Each panel marks the median step (dashed line, value written); tiny segments stay visible."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = [partition_bars(r) for r in reports]
-    ratios = [min(max(len(rows), MIN_BARS), 60) for rows, _ in panels]
+    panels = [panel for r, name in zip(reports, labels or [None] * len(reports)) for panel in report_panels(r, name)]
+    ratios = [min(max(len(rows), MIN_BARS), 60) for _, rows, _, _, _ in panels]
     width = min(24.0, max(7.0, 1.5 + sum(r * 0.3 + 0.6 for r in ratios)))
     fig = Figure(figsize=(width, 5.8), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(reports), sharey=True, squeeze=False, width_ratios=ratios)[0]
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False, width_ratios=ratios)[0]
     any_open = False
-    top = max((float(r["window_ns"]) / 1e6 for rows, _ in panels for r in rows), default=0.0)
-    for ax, report, (rows, is_step), ratio, name in zip(axes, reports, panels, ratios, labels or [None] * len(reports)):
-        many = len({r["deviceId"] for r in rows}) > 1
+    top = max((float(r["window_ns"]) / 1e6 for _, rows, _, _, _ in panels for r in rows), default=0.0)
+    for ax, (report, rows, is_step, name, device), ratio in zip(axes, panels, ratios):
+        many = len({(r["globalPid"], r["deviceId"]) for r in rows}) > 1
         labels = [_plain(_cut(bar_label(r, many, is_step), LABEL_CHARS)) for r in rows]
         x = list(range(len(rows)))
         bottom = [0.0] * len(rows)
@@ -93,7 +108,7 @@ def figure(reports: list[dict], labels: list[str] | None = None):
         ax.set_xticks(x[::step], labels[::step], rotation=45 if tilt else 0, ha="right" if tilt else "center",
                       fontsize=8)
         chars = max(24, int(width * ratio / sum(ratios) * 11))
-        title = "\n".join(textwrap.fill(line, chars) for line in panel_title(report, is_step, name).split("\n"))
+        title = "\n".join(textwrap.fill(line, chars) for line in panel_title(report, is_step, name, device).split("\n"))
         ax.set_title(_plain(title), fontsize=9)
         any_open |= is_step and any(r.get("closed") is False for r in rows)
         ax.set_xlabel("step" if is_step else "device", fontsize=9)

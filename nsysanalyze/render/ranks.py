@@ -13,7 +13,7 @@ from .format import count, keeping_snippets, ms, pct, timeline_hint
 from .markdown import _table as md_table
 from .markdown import findings_blocks
 from .sanitize import for_markdown, for_text
-from .terminal import print_findings, table_of
+from .terminal import indented, print_findings, table_of
 
 MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread first
 
@@ -50,6 +50,16 @@ def rank_cells(r: dict, fastest: float | None, top_rule: str | None = None) -> l
     rel = (f"+{100 * (r['step_ns'] / fastest - 1):.1f}%" if fastest and r["step_ns"] is not None else "-")
     return [str(r["rank"]), r["label"] or r["trace"], count(r["steps"]), ms(r["step_ns"]), rel, ms(r["nccl_ns"]),
             ms(r["nccl_exposed_ns"]), pct(r["idle_fraction"]), ms(r["offset_ns"]), top_rule or "-"]
+
+
+RANK_DROP_ORDER = ["offset", "exposed", "steps", "NCCL", "vs fastest", "idle", "trace"]  # first left out
+
+
+def rank_line(r: dict, fastest: float | None, top_rule: str | None = None) -> str:
+    """'rank 1: step 19.7 ms (+4.2%), idle 12.6% → pin-memory': one rank's verdict in a short line."""
+    cells = dict(zip(RANK_HEADERS, rank_cells(r, fastest, top_rule)))
+    rel = f" ({cells['vs fastest']})" if cells["vs fastest"] != "-" else ""
+    return f"rank {r['rank']}: step {cells['step']}{rel}, idle {cells['idle']} → {top_rule or 'nothing flagged'}"
 
 
 def ranks_where(f: dict) -> str:
@@ -102,12 +112,15 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
     """Verdict, one row per rank, the findings across ranks; the per-step spread table with ``details``."""
     view, reports = for_text(view), [keeping_snippets(r, for_text) for r in reports]  # printed, never obeyed
     console.print(Text("Ranks", style="bold underline"))
-    for line in verdict(view):
-        console.print(Text("  " + line))
     fastest = view["summary"].get("step_ns_min")
     rules = top_rules(view, reports)
+    for r in view["ranks"]:  # every rank's verdict first, one short line each
+        console.print(indented(console, rank_line(r, fastest, rules.get(r["rank"])), "  ", 4))
+    for line in verdict(view):
+        console.print(indented(console, line, "  ", 4))
     console.print(table_of("One row per rank", RANK_HEADERS,
-                           [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9)))
+                           [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9),
+                           drop=RANK_DROP_ORDER))
     steps = _step_rows(view)
     if steps and details:
         console.print(table_of("Per step across ranks (largest spread first)", STEP_HEADERS,
@@ -117,15 +130,16 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
         console.print(Text(timeline_hint([r["trace"]["path"] for r in reports]), style="dim"))
 
 
-def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None) -> str:
-    """Verdict, the rank table, the per-step spread table, the findings across ranks (markdown)."""
+def render_markdown(view: dict, reports: list[dict] = (), top: int | None = None, details: bool = True) -> str:
+    """Verdict, the rank table, the per-step spread table (with ``details``), the findings across ranks
+    (markdown: the sections of :func:`render_text`)."""
     view, reports = for_markdown(view), [keeping_snippets(r, for_markdown) for r in reports]  # never as markdown
     fastest = view["summary"].get("step_ns_min")
     rules = top_rules(view, reports)
     out = ["## Ranks", ""] + [f"- {line}" for line in verdict(view)] + [""]
     out += md_table(RANK_HEADERS, [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]]) + [""]
     steps = _step_rows(view)
-    if steps:
+    if steps and details:
         out += ["Per step across ranks (largest spread first):", ""]
         out += md_table(STEP_HEADERS, [_step_cells(s) for s in steps]) + [""]
     if reports:

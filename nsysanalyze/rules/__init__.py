@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..ledger import EMPTY_ROWS, Ledger, WhatIf, combined
+from ..units import ms
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -93,12 +94,6 @@ class Finding:
 
 
 Rule = Callable[[Evidence], "Finding | None"]
-
-
-def megabytes(n: float) -> str:
-    """Bytes as MB for titles: '201 MB', '1.3 MB', '0.05 MB'."""
-    mb = n / 1e6
-    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
 
 
 # Busy classes a rule's fix takes off the GPU's critical path when the rule names no rows of its own
@@ -228,7 +223,7 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     rows = ev.ledger.rows[free].rename(columns={"what": "cause_kind"})
     top = (rows.groupby(["cause_kind", "cause"], as_index=False, sort=False)["ns"].sum()
            .sort_values("ns", ascending=False, kind="stable").head(3).to_dict("records"))  # the largest unclaimed causes
-    causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {r['ns'] / 1e6:.1f} ms)" for r in top)
+    causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {ms(r['ns'])})" for r in top)
     first = top[0]
     what = {"warmup": f"warm-up ({first['cause']})", "nvtx_range": f"the host work inside '{first['cause']}'",
             "untraced": "host work that no traced call covers (Python/CPU code between GPU calls)",

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import pick
 
@@ -53,7 +54,7 @@ def pipeline_p2p(ev: Evidence) -> Finding | None:
     fix, snippet = pick(P2P_FIX, ev.framework)
     return make_finding(
         ev, "pipeline-p2p",
-        f"{count:.0f} NCCL send/recv kernels per {ev.per}, {exposed / 1e6:.1f} ms of them exposed: pipeline "
+        f"{count:.0f} NCCL send/recv kernels per {ev.per}, {ms(exposed)} of them exposed: pipeline "
         "transfers are on the critical path",
         confidence=0.6, gain_ns=exposed * 0.5,
         evidence={"nccl_sendrecv_count": count, "nccl_sendrecv_ns": ns, "nccl_sendrecv_exposed_ns": exposed},
@@ -67,7 +68,7 @@ def fsdp_collectives(ev: Evidence) -> Finding | None:
     fix, snippet = pick(FSDP_FIX, ev.framework)
     return make_finding(
         ev, "fsdp-collectives",
-        f"{count:.0f} all-gather/reduce-scatter kernels per {ev.per}, {exposed / 1e6:.1f} ms exposed",
+        f"{count:.0f} all-gather/reduce-scatter kernels per {ev.per}, {ms(exposed)} exposed",
         confidence=0.6, gain_ns=exposed * 0.5,
         evidence={"nccl_allgather_count": ev.get("nccl_allgather_count"),
                   "nccl_reducescatter_count": ev.get("nccl_reducescatter_count"),
@@ -81,7 +82,7 @@ def alltoall_note(ev: Evidence) -> Finding | None:
     if not count:
         return None
     return make_finding(
-        ev, "alltoall", f"{count:.0f} all-to-all kernels per {ev.per} ({exposed / 1e6:.1f} ms exposed): expert-parallel "
+        ev, "alltoall", f"{count:.0f} all-to-all kernels per {ev.per} ({ms(exposed)} exposed): expert-parallel "
         "token exchange", confidence=0.5, gain_ns=0.0, severity="info",
         evidence={"nccl_alltoall_count": count, "nccl_alltoall_ns": ns, "nccl_alltoall_exposed_ns": exposed},
         fix="All-to-all is the expert-parallel (MoE) token exchange: balance tokens per expert (capacity factor, "
@@ -95,7 +96,7 @@ def allreduce_exposed(ev: Evidence) -> Finding | None:
         return None
     fix, snippet = pick(ALLREDUCE_FIX, ev.framework)
     return make_finding(
-        ev, "allreduce-exposed", f"{count:.0f} all-reduce kernels per {ev.per}, {exposed / 1e6:.1f} ms not hidden under compute",
+        ev, "allreduce-exposed", f"{count:.0f} all-reduce kernels per {ev.per}, {ms(exposed)} not hidden under compute",
         confidence=0.6, gain_ns=exposed * 0.5,
         evidence={"nccl_allreduce_count": count, "nccl_allreduce_ns": ns, "nccl_allreduce_exposed_ns": exposed},
         fix=fix, snippet=snippet)

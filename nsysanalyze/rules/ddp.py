@@ -12,6 +12,7 @@ communication buckets (copyKind 8, the same GPU; +1.23 GB per step for ViT-L/32)
 """
 from __future__ import annotations
 
+from ..units import ms, size
 from . import Evidence, Finding, make_finding
 
 GRAD_COPY_BYTES = 64e6      # DtoD bytes per step that look like DDP's gradient bucket copies
@@ -45,8 +46,8 @@ def ddp_single_gpu(ev: Evidence) -> Finding | None:
         return None
     return make_finding(
         ev, "ddp-single-gpu",
-        f"DDP on a single GPU: {ev.get('dtod_bytes') / 1e9:.2f} GB of device-to-device gradient copies per step "
-        f"({ev.get('dtod_ns') / 1e6:.1f} ms) and no NCCL all-reduce kernel",
+        f"DDP on a single GPU: {size(ev.get('dtod_bytes'))} of device-to-device gradient copies per step "
+        f"({ms(ev.get('dtod_ns'))}) and no NCCL all-reduce kernel",
         confidence=0.85 if nccl_ranges else 0.6,
         gain_ns=ev.get("dtod_ns"),
         evidence={"dtod_bytes": ev.get("dtod_bytes"), "dtod_count": ev.get("dtod_count"), "dtod_ns": ev.get("dtod_ns"),
@@ -69,7 +70,7 @@ def gradient_as_bucket_view(ev: Evidence) -> Finding | None:
         return None
     return make_finding(
         ev, "gradient-as-bucket-view",
-        f"{ev.get('dtod_bytes') / 1e9:.2f} GB of device-to-device copies per step ({ev.get('dtod_ns') / 1e6:.1f} ms) "
+        f"{size(ev.get('dtod_bytes'))} of device-to-device copies per step ({ms(ev.get('dtod_ns'))}) "
         "around the all-reduce",
         confidence=0.7, gain_ns=ev.get("dtod_ns"),
         evidence={"dtod_bytes": ev.get("dtod_bytes"), "dtod_count": ev.get("dtod_count"), "dtod_ns": ev.get("dtod_ns"),
@@ -97,7 +98,7 @@ def ddp_bucket_overlap(ev: Evidence) -> Finding | None:
     return make_finding(
         ev, "ddp-bucket-overlap",
         f"{ev.get('nccl_allreduce_count'):.0f} all-reduce kernel(s) per step, {exposed:.0%} of NCCL time exposed "
-        f"({ev.get('nccl_allreduce_exposed_ns') / 1e6:.1f} ms): gradients are reduced after the backward, not during it",
+        f"({ms(ev.get('nccl_allreduce_exposed_ns'))}): gradients are reduced after the backward, not during it",
         confidence=0.75, gain_ns=ev.get("nccl_allreduce_exposed_ns"),
         evidence={"nccl_kernels_per_step": ev.get("nccl_allreduce_count"), "nccl_allreduce_ns": nccl,
                   "nccl_allreduce_exposed_ns": ev.get("nccl_allreduce_exposed_ns"), "nccl_exposed_fraction": exposed,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import Fix, pick
 
@@ -102,7 +103,7 @@ class CauseClass:
     optionally only those not before the step's first launch; busy rows of ``busy``) and its words."""
 
     rule: str
-    title: str                    # '{ms} ms ... per {per}' (formatted with the claimed ms and the window's unit)
+    title: str                    # '... {ms} ... per {per} ({top})': the claimed time, the window's unit, top causes
     fixes: dict[str, Fix]
     kinds: tuple[str, ...] = ()
     causes: str | None = None
@@ -113,17 +114,17 @@ class CauseClass:
 
 
 CLASSES = [
-    CauseClass("warmup-capture", "The capture holds warm-up: {ms:,.1f} ms of GPU idle per {per} in compilation, "
+    CauseClass("warmup-capture", "The capture holds warm-up: {ms} of GPU idle per {per} in compilation, "
                "autotuning or module loading ({top})", WARMUP_FIX, kinds=("warmup",), confidence=0.85,
                metrics=("module_load_calls", "module_load_ns")),
-    CauseClass("file-io", "Files written inside the {per}: the GPU waits {ms:,.1f} ms in {top}", FILE_IO_FIX,
+    CauseClass("file-io", "Files written inside the {per}: the GPU waits {ms} in {top}", FILE_IO_FIX,
                kinds=("os_runtime",), causes=WRITE_CALLS),
     CauseClass("file-io", "", FILE_IO_FIX, kinds=("os_runtime",), causes=FILE_CALLS, after_launch_only=True),
-    CauseClass("allocator-churn", "Memory allocated and freed every {per}: the GPU waits {ms:,.1f} ms in {top}",
+    CauseClass("allocator-churn", "Memory allocated and freed every {per}: the GPU waits {ms} in {top}",
                ALLOC_FIX, kinds=("cuda_blocking",), causes=ALLOC_CALLS, metrics=("alloc_calls", "alloc_ns")),
-    CauseClass("unified-memory", "Unified-memory migrations take {ms:,.1f} ms of the GPU's {per}", UNIFIED_FIX,
+    CauseClass("unified-memory", "Unified-memory migrations take {ms} of the GPU's {per}", UNIFIED_FIX,
                busy=("unified",), confidence=0.75, metrics=("um_count", "um_bytes", "um_ns")),
-    CauseClass("mpi-wait", "The host waits in MPI while the GPU idles {ms:,.1f} ms per {per} ({top})", MPI_FIX,
+    CauseClass("mpi-wait", "The host waits in MPI while the GPU idles {ms} per {per} ({top})", MPI_FIX,
                causes=r"P?MPI_\w+", confidence=0.75),
 ]
 
@@ -158,7 +159,7 @@ def host_cause(rule: str) -> "callable":
         fix, snippet = pick(first.fixes, ev.framework)
         return make_finding(
             ev, rule,
-            first.title.format(ms=ns / 1e6, per=ev.per, top=", ".join(f"{n} {v / 1e6:,.1f} ms" for n, v in top.items())),
+            first.title.format(ms=ms(ns), per=ev.per, top=", ".join(f"{n} {ms(v)}" for n, v in top.items())),
             confidence=first.confidence, gain_ns=ns, claim=claim,
             what_if=ledger.what_if(ns, busy_removed_ns=busy_ns, host_removed_ns=ns - busy_ns),
             evidence={"claimed_ns": ns, **{f"cause_{i + 1}": n for i, n in enumerate(top.index)},

@@ -12,7 +12,8 @@ been queued meanwhile (the window's GPU busy time), and the step still lasts the
 """
 from __future__ import annotations
 
-from . import Evidence, Finding, make_finding, megabytes
+from ..units import ms, size
+from . import Evidence, Finding, make_finding
 from .fixes import pick
 from .input_pipeline import AFTER_SYNC_WORK, pinned_bandwidth, significant
 
@@ -101,8 +102,8 @@ def dtoh_sync(ev: Evidence) -> Finding | None:
     hidden = faster + min(exposed - faster, compute_free)
     return make_finding(
         ev, "dtoh-sync",
-        f"Device-to-host copies stall every {ev.per}: {megabytes(ev.get('dtoh_bytes'))} copied back ({exposed / 1e6:.1f} ms not hidden "
-        f"under compute), then the GPU waits {waited / 1e6:.1f} ms in and after host syncs",
+        f"Device-to-host copies stall {'every step' if ev.per == 'step' else 'the capture'}: {size(ev.get('dtoh_bytes'))} copied back "
+        f"({ms(exposed)} not hidden under compute), then the GPU waits {ms(waited)} in and after host syncs",
         confidence=0.85 if ev.get("dtoh_pageable_bytes") > 0 or waited > 0 else 0.7,
         gain_ns=stall, claim=copies | waits,
         what_if=ledger.what_if(hidden + min(waited, queued), busy_removed_ns=hidden,
@@ -132,7 +133,7 @@ def host_sync(ev: Evidence) -> Finding | None:
     return make_finding(
         ev, "host-sync",
         f"{ev.get('sync_wait_calls'):.0f} host synchronization(s) per {ev.per} leave the GPU waiting "
-        f"{stall / 1e6:.1f} ms for the host to launch again{where}",
+        f"{ms(stall)} for the host to launch again{where}",
         confidence=0.7, gain_ns=stall, claim=waits,
         what_if=ledger.what_if(stall, caps={"GPU work that could be queued": ledger.busy_ns}),
         evidence={"sync_wait_calls": ev.get("sync_wait_calls"), "sync_wait_ns": ev.get("sync_wait_ns"),

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from . import Evidence, Finding, make_finding, megabytes
+from ..units import ms, size
+from . import Evidence, Finding, make_finding
 from .fixes import pick
 
 IDLE_HIGH = 0.20           # GPU idle fraction that makes starvation worth fixing
@@ -166,7 +167,7 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
                     else pick(BEFORE_LAUNCH_FIX, ev.framework))
     return make_finding(
         ev, "dataloader-workers" if loading else "host-before-launch",
-        f"GPU idle {idle:.0%} of the step; {pre_ns / 1e6:.1f} ms of it before the step's first launch while the "
+        f"GPU idle {idle:.0%} of the step; {ms(pre_ns)} of it before the step's first launch while the "
         f"host {where}",
         confidence=0.9 if pre_ns >= 0.5 * ev.get("idle_ns") else 0.7,
         gain_ns=pre_ns, claim=claim, what_if=ledger.what_if(pre_ns, host_removed_ns=pre_ns),
@@ -237,10 +238,10 @@ def pin_memory(ev: Evidence) -> Finding | None:
     if ev.facts.get("osrt_captured", 1.0):  # without OS runtime data there is no munmap evidence either way
         evidence.update({"munmap_count": ev.get("munmap_count"), "munmap_ns": ev.get("munmap_ns"),
                          "munmap_gpu_idle_ns": idle_mm})
-    title = f"{share:.0%} of host-to-device bytes come from pageable memory ({megabytes(pageable_bytes)} per {ev.per})"
+    title = f"{share:.0%} of host-to-device bytes come from pageable memory ({size(pageable_bytes)} per {ev.per})"
     if idle_mm > 0:
-        title += (f"; {ev.get('munmap_count'):.0f} munmap calls ({ev.get('munmap_ns') / 1e6:.1f} ms) leave the GPU "
-                  f"idle {idle_mm / 1e6:.1f} ms")
+        title += (f"; {ev.get('munmap_count'):.0f} munmap calls ({ms(ev.get('munmap_ns'))}) leave the GPU "
+                  f"idle {ms(idle_mm)}")
     fix, snippet = pick(PIN_FIX, ev.framework if loads_data(ev) or ev.framework != "pytorch" else "default")
     return make_finding(ev, "pin-memory", title,
                         confidence=0.9 if idle_mm > 0 or blocked_ns > 0 else 0.75,
@@ -269,7 +270,7 @@ def copy_compute_overlap(ev: Evidence) -> Finding | None:
     fix, snippet = pick(OVERLAP_FIX, ev.framework)
     return make_finding(
         ev, "copy-compute-overlap",
-        f"Host-to-device copies are {1 - overlap:.0%} exposed ({exposed / 1e6:.1f} ms per {ev.per} not hidden under compute)",
+        f"Host-to-device copies are {1 - overlap:.0%} exposed ({ms(exposed)} per {ev.per} not hidden under compute)",
         confidence=0.8,
         gain_ns=removable, claim=claim,
         what_if=ledger.what_if(removable, busy_removed_ns=min(removable, compute_free),
@@ -298,7 +299,7 @@ def link_bound(ev: Evidence) -> Finding | None:
     fix, snippet = pick(LINK_FIX, ev.framework)
     return make_finding(
         ev, "link-bound",
-        f"Host-to-device copies run at {rate:.1f} GB/s, the link's rate, and {exposed / 1e6:,.1f} ms of them per "
+        f"Host-to-device copies run at {rate:.1f} GB/s, the link's rate, and {ms(exposed)} of them per "
         f"{ev.per} have no compute to hide under: only fewer bytes help",
         confidence=0.75, gain_ns=exposed / 2, claim=claim,
         what_if=ledger.what_if(exposed / 2, busy_removed_ns=exposed / 2, caps={"half the bytes": exposed / 2}),
