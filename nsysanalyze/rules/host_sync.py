@@ -6,11 +6,14 @@ still in the sync call). A device-to-host copy on the compute stream also stops 
 (the ledger's DtoH busy rows). Pageable host-to-device copies sync too (PyTorch's blocking .to()): that
 idle is pin-memory's, which claims it first.
 
-What removing a sync can gain: at most the idle it causes, no more than the GPU work that could have
-been queued meanwhile (the window's GPU busy time), and the step still lasts the host's own work
-(host work between syncs stays): window − max(GPU work, host work).
+What removing a sync can gain: at most the idle it causes — in and right after the sync, and the short
+launch gaps of the host catching up after it, as far as the bound allows — no more than the GPU work that
+could have been queued meanwhile (the window's GPU busy time), and the step still lasts the host's own
+work (host work between syncs stays): window − max(GPU work, host work).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..units import ms, size
 from . import Evidence, Finding, make_finding
@@ -117,6 +120,21 @@ def dtoh_sync(ev: Evidence) -> Finding | None:
     )
 
 
+def catch_up_gaps(ev: Evidence, need_ns: float):
+    """Ledger mask of unclaimed short launch gaps (no sync before them), smallest first, adding up to at least
+    ``need_ns`` (none when it is not positive): the gaps a loop drained by syncs shows while the host catches up."""
+    ledger = ev.ledger
+    gaps = ledger.idle(short_gap=True, after_sync=False)
+    if need_ns <= 0 or not gaps.any():
+        return np.zeros_like(gaps)
+    ns = ledger.rows["ns"].to_numpy()
+    order = np.flatnonzero(gaps)[np.argsort(ns[gaps], kind="stable")]
+    take = order[:int(np.searchsorted(np.cumsum(ns[order]), need_ns) + 1)]
+    mask = np.zeros(len(ns), dtype=bool)
+    mask[take] = True
+    return mask
+
+
 def host_sync(ev: Evidence) -> Finding | None:
     """Explicit synchronizations that leave the GPU waiting, with no device-to-host copy to explain them."""
     if ev.get("sync_wait_calls") < 1:
@@ -130,14 +148,21 @@ def host_sync(ev: Evidence) -> Finding | None:
     rows = ledger.rows[waits & ledger.idle(after_sync=True)]
     top = rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
     where = f" (mostly while the host works in '{top.index[0][1]}')" if len(top) and top.index[0][0] == "nvtx_range" else ""
+    queued = ledger.busy_ns
+    # without the syncs the host queues work ahead: the launch gaps between syncs close too, as far as the
+    # two-resource bound allows (the rest stays launch overhead, launch-bound's)
+    reach = min(queued, ev.window_ns - max(ledger.busy_ns, ledger.host_work_ns))
+    claim = waits | catch_up_gaps(ev, reach - stall)
+    removable = ledger.ns(claim)
     return make_finding(
         ev, "host-sync",
         f"{ev.get('sync_wait_calls'):.0f} host synchronization(s) per {ev.per} leave the GPU waiting "
         f"{ms(stall)} for the host to launch again{where}",
-        confidence=0.7, gain_ns=stall, claim=waits,
-        what_if=ledger.what_if(stall, caps={"GPU work that could be queued": ledger.busy_ns}),
+        confidence=0.7, gain_ns=removable, claim=claim,
+        what_if=ledger.what_if(removable, caps={"GPU work that could be queued": queued}),
         evidence={"sync_wait_calls": ev.get("sync_wait_calls"), "sync_wait_ns": ev.get("sync_wait_ns"),
-                  "gpu_idle_in_and_after_syncs_ns": stall, "gpu_idle_fraction": ev.get("idle_fraction")},
+                  "gpu_idle_in_and_after_syncs_ns": stall, "launch_gaps_closed_ns": removable - stall,
+                  "gpu_idle_fraction": ev.get("idle_fraction")},
         fix=fix, snippet=snippet,
     )
 
