@@ -39,11 +39,11 @@ if [ $# -eq 0 ]; then mapfile -t names < <("$PYTHON" -m training_workloads varia
 [ -f "$OUTDIR/throughput.tsv" ] || printf 'name\tsteps\tsteps_per_s\tstep_ms\tpre_steps_per_s\twall_s\trc\n' > "$OUTDIR/throughput.tsv"
 [ -f "$OUTDIR/captures.tsv" ] || printf 'name\trc\twall_s\tin_window_steps_per_s\tpre_steps_per_s\tfiles\n' > "$OUTDIR/captures.tsv"
 
-resolve() {
+resolve() {  # workload, variant, capture name, torchrun processes (0: direct)
   "$PYTHON" -c '
 import sys
-from training_workloads.variants import capture_name, parse_capture_name
-w, v = parse_capture_name(sys.argv[1]); print(w, v, capture_name(w, v))' "$1"
+from training_workloads.variants import capture_name, launch_nproc, parse_capture_name
+w, v = parse_capture_name(sys.argv[1]); print(w, v, capture_name(w, v), launch_nproc(w, v, int(sys.argv[2])))' "$1" "$NPROC"
 }
 field() { sed -n "s/.*[ ]$1=\\([^ ]*\\).*/\\1/p" <<<"$2"; }
 # seconds this run may take, or nothing when the deadline has passed
@@ -72,12 +72,12 @@ profile_one() {
 }
 
 throughput_one() {
-  local name=$1 workload=$2 v=$3 log="$OUTDIR/logs/$1.unprofiled.log" t t0 rc wall line
+  local name=$1 workload=$2 v=$3 nproc=$4 log="$OUTDIR/logs/$1.unprofiled.log" t t0 rc wall line
   t=$(budget); [ -n "$t" ] || { echo "capture_all: $name unprofiled skipped (deadline)"; return; }
   t0=$(date +%s.%N)
-  if [ "$workload" = ddp ] && [ "$v" != single ] && [ "$LAUNCH" != direct ]; then
+  if [ "$nproc" -gt 0 ] && [ "$LAUNCH" != direct ]; then
     # shellcheck disable=SC2086
-    timeout -k 10 "$t" $TORCHRUN --nproc_per_node="$NPROC" -m training_workloads ddp \
+    timeout -k 10 "$t" $TORCHRUN --nproc_per_node="$nproc" -m training_workloads "$workload" \
       --variant "$v" --warmup "$WARMUP" --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
   else
     timeout -k 10 "$t" "$PYTHON" -m training_workloads "$workload" --variant "$v" \
@@ -90,14 +90,14 @@ throughput_one() {
   echo "capture_all: $name unprofiled: $(field steps_per_s "$line") steps/s ($wall s, rc $rc)"
 }
 
-declare -a W V N
+declare -a W V N P
 for n in "${names[@]}"; do
-  read -r workload v name < <(resolve "$n") || { echo "capture_all: unknown name $n" >&2; continue; }
-  W+=("$workload"); V+=("$v"); N+=("$name")
+  read -r workload v name nproc < <(resolve "$n") || { echo "capture_all: unknown name $n" >&2; continue; }
+  W+=("$workload"); V+=("$v"); N+=("$name"); P+=("$nproc")
 done
 if [ "$MODE" != throughput ]; then
   for i in "${!N[@]}"; do profile_one "${N[$i]}"; done
 fi
 if [ "$MODE" != profile ]; then
-  for i in "${!N[@]}"; do throughput_one "${N[$i]}" "${W[$i]}" "${V[$i]}"; done
+  for i in "${!N[@]}"; do throughput_one "${N[$i]}" "${W[$i]}" "${V[$i]}" "${P[$i]}"; done
 fi
