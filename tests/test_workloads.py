@@ -41,7 +41,7 @@ EXPECTED_CAPTURES = [
     "optimizer_unfused", "optimizer_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "link_bound",
-    "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed",
+    "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -69,13 +69,13 @@ def _capture_files(name: str) -> list[Path]:
 @pytest.mark.parametrize("name", EXPECTED_CAPTURES[EXPECTED_CAPTURES.index("optimizer_unfused"):])
 def test_new_captures_have_their_fixtures(name):
     files = _capture_files(name)
-    assert len(files) == (8 if name.startswith("gloo_") else 1)
+    assert len(files) == {"gloo": 8, "mpi": 2}.get(name.split("_")[0], 1)
     missing = [f.name for f in files if not f.exists()]
     assert not missing, missing
 
 
 def test_capture_args_and_process_counts():
-    from training_workloads.variants import capture_args, launch_nproc
+    from training_workloads.variants import capture_args, launch_nproc, launcher
 
     assert capture_args("causes", "compile-warmup") == "--warmup 0 --steps 3"
     assert capture_args("causes", "workers-persistent") == "--steps 6"
@@ -83,6 +83,8 @@ def test_capture_args_and_process_counts():
     assert launch_nproc("gloo", "8rank-slow") == 8
     assert launch_nproc("ddp", "single", 2) == 0 and launch_nproc("ddp", "ddp", 2) == 2
     assert launch_nproc("causes", "hook-sync", 4) == 0
+    assert launcher("programs", "mpi-hoststaged") == "mpirun" and launch_nproc("programs", "mpi-hoststaged") == 2
+    assert launcher("gloo", "8rank") == "torchrun"
 
 
 FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())

@@ -139,7 +139,8 @@ def gloo_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend):
 @click.option("--variant", type=click.Choice(list(PROGRAM_VARIANTS)), required=True)
 @_common
 def programs_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend):
-    """Programs without torch: a JAX training loop, CuPy with pageable copies or managed memory."""
+    """Programs without torch: a JAX training loop, CuPy with pageable copies or managed memory, an mpi4py
+    program with host-staged all-reduces (under mpirun)."""
     v = PROGRAM_VARIANTS[variant]
     kw = dict(steps=steps, warmup=warmup, cooldown=cooldown, profiler_range=not no_profiler_range,
               nvtx_backend=nvtx_backend)
@@ -147,6 +148,10 @@ def programs_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backe
         from . import jax_loop
 
         jax_loop.run(**kw)
+    elif v.family == "mpi":
+        from . import mpi_loop
+
+        mpi_loop.run(**kw)
     else:
         from . import cupy_loop
 

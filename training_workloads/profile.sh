@@ -50,18 +50,21 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=
        NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 
 # resolve (workload, variant, capture name) with the package's own table
-# (workload, variant, capture name, torchrun processes (0: direct), the variant's own capture arguments)
-read -r workload v canon nproc extra < <("$PYTHON" -c '
+# (workload, variant, capture name, processes (0: direct), launcher, the variant's own capture arguments)
+read -r workload v canon nproc launcher extra < <("$PYTHON" -c '
 import sys
-from training_workloads.variants import capture_args, capture_name, launch_nproc, parse_capture_name
+from training_workloads.variants import capture_args, capture_name, launch_nproc, launcher, parse_capture_name
 w, v = parse_capture_name(sys.argv[1])
-print(w, v, capture_name(w, v), launch_nproc(w, v, int(sys.argv[2])), capture_args(w, v))' "$variant" "$NPROC")
+print(w, v, capture_name(w, v), launch_nproc(w, v, int(sys.argv[2])), launcher(w, v), capture_args(w, v))' \
+  "$variant" "$NPROC")
 [ "${LAUNCH:-torchrun}" = direct ] && nproc=0
 # shellcheck disable=SC2206
 extra_args=($extra)
 NAME=${NAME:-$canon}
 mkdir -p "$OUTDIR"
 
+# mpirun variants: MPI calls traced too (Open MPI on the H200 image)
+[ "$launcher" = mpirun ] && TRACE="$TRACE,mpi" && NSYS_EXTRA="--mpi-impl=openmpi ${NSYS_EXTRA:-}"
 nsys_args=(profile
   --capture-range=cudaProfilerApi --capture-range-end=stop
   --trace="$TRACE"
@@ -75,6 +78,11 @@ set +e
 if [ "$nproc" = 0 ]; then
   "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/$NAME" "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@" \
     "${extra_args[@]}"
+  rc=$?
+elif [ "$launcher" = mpirun ]; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$nproc" --oversubscribe --bind-to none \
+    "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/${NAME}_%q{OMPI_COMM_WORLD_RANK}" \
+    "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@" "${extra_args[@]}"
   rc=$?
 else
   out="$OUTDIR/$NAME"; [ "$nproc" -gt 1 ] && out="${out}_%q{RANK}"

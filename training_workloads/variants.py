@@ -111,7 +111,7 @@ class CauseVariant:
 
     ``capture_args``: extra workload arguments for its capture only (after the defaults, so they win),
     e.g. more profiled steps so an epoch boundary falls inside, or no warm-up to capture compilation.
-    ``nproc``: processes under torchrun (0: launched directly).
+    ``nproc``: processes under ``launcher`` (0: launched directly); ``launcher``: torchrun or mpirun.
     """
 
     name: str
@@ -120,6 +120,7 @@ class CauseVariant:
     description: str
     capture_args: str = ""
     nproc: int = 0
+    launcher: str = "torchrun"
 
 
 CAUSE_VARIANTS: dict[str, CauseVariant] = {
@@ -177,6 +178,9 @@ PROGRAM_VARIANTS: dict[str, CauseVariant] = {
                      "CuPy: 64 MiB pageable ndarray.set() per iteration, matmul + reduction, sync"),
         CauseVariant("cupy-managed", "cupy", "managed",
                      "CuPy: 256 MiB managed array touched by host and device every iteration (UM migrations)"),
+        CauseVariant("mpi-hoststaged", "mpi", "hoststaged",
+                     "mpi4py + CuPy, 2 ranks on GPU 0: 64 MiB result copied to the host and MPI.Allreduce'd "
+                     "every step; rank 1 does 50 ms of CPU work first", nproc=2, launcher="mpirun"),
     )
 }
 
@@ -238,6 +242,11 @@ def launch_nproc(workload: str, variant: str, default: int = 1) -> int:
     if workload == "ddp":
         return 0 if variant == "single" else default
     return getattr(VARIANT_TABLES[workload][variant], "nproc", 0)
+
+
+def launcher(workload: str, variant: str) -> str:
+    """The multi-process launcher of this variant: ``torchrun`` or ``mpirun``."""
+    return getattr(VARIANT_TABLES[workload][variant], "launcher", "torchrun")
 
 
 ALL_CAPTURES: tuple[str, ...] = tuple(
