@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Capture a set of training_workloads variants with nsys and measure their unprofiled throughput.
 #
-#   training_workloads/capture_all.sh OUTDIR [NAME...]      (default: all 11 capture names)
+#   training_workloads/capture_all.sh OUTDIR [NAME...]      (default: every capture name)
 #
 # For each NAME (resnet18_baseline ... vit_l32_powersgd, see `python -m training_workloads
 # variants --names`):
 #   profile:    training_workloads/profile.sh NAME --steps PROFILE_STEPS -> OUTDIR/NAME.*;
 #               exit status, wall time, output sizes and the run's THROUGHPUT fields
 #               (pre_steps_per_s: warm-up steps before collection started) -> OUTDIR/captures.tsv
-#   throughput: an unprofiled run (no nsys; DDP variants launched like the capture) with
+#   throughput: an unprofiled run (no nsys; torchrun/mpirun variants launched like the capture) with
 #               THROUGHPUT_STEPS measured steps -> OUTDIR/throughput.tsv
 # MODE=both does all profiles first, then all throughput runs. Logs: OUTDIR/logs/NAME.*.log
 #

@@ -25,7 +25,8 @@
 #
 # DDP variants run as in the article: torchrun --nproc_per_node=N --no-python nsys profile ...
 # python -m training_workloads ddp ...; `single` runs nsys directly (no torchrun, no DDP). The gloo
-# variants run the same way with their own process count (8); a variant's capture_args (variants.py)
+# variants run the same way with their own process count (8), mpi-hoststaged under
+# `mpirun -np 2` with MPI tracing (rank files NAME_<rank>); a variant's capture_args (variants.py)
 # come after the given arguments, so they win (e.g. compile-warmup: --warmup 0).
 # Where nsys has no report importer (seen with the 2023.4 target package on an H200), only a
 # .qdstrm is left: import it elsewhere (QdstrmImporter, or ../shared/tools/nsys-local.sh import),
@@ -33,7 +34,7 @@
 # APIs that nsys 2023.4 does not know (PyTorch DDP does). OSRT with nsys 2023.4 needs a config.ini
 # holding `UseLZ4HighCompression=false` beside the nsys binary and the strip above (CAPTURE_NOTES.md).
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,35p' "$0"; exit 2; }
 variant=$1; shift
 
 NSYS=${NSYS:-nsys}
