@@ -6,9 +6,11 @@ dataset, prefetcher, schedule and loop tests skip without it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import types
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -36,7 +38,12 @@ EXPECTED_CAPTURES = [
     "vit_l32_bucket_view", "vit_l32_bf16", "vit_l32_powersgd",
     "dtoh_pageable", "dtoh_pinned_async", "dtoh_deferred", "tinyops_eager", "tinyops_graphs", "gpu_bound",
     "sync_per_param", "io_midstep",
+    "optimizer_unfused", "optimizer_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
+    "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
+    "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "link_bound",
+    "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 # ---------------------------------------------------------------- variant table / names
@@ -48,6 +55,63 @@ def test_capture_names_are_the_fixture_names():
 def test_capture_name_round_trip(name):
     workload, variant = parse_capture_name(name)
     assert capture_name(workload, variant) == name
+
+
+def _capture_files(name: str) -> list[Path]:
+    """The fixture files of one capture: NAME.sqlite, or NAME_<rank>.sqlite for a torchrun job."""
+    from training_workloads.variants import launch_nproc
+
+    nproc = launch_nproc(*parse_capture_name(name))
+    stems = [f"{name}_{r}" for r in range(nproc)] if nproc > 1 else [name]
+    return [FIXTURES / f"{s}.sqlite" for s in stems]
+
+
+@pytest.mark.parametrize("name", EXPECTED_CAPTURES[EXPECTED_CAPTURES.index("optimizer_unfused"):])
+def test_new_captures_have_their_fixtures(name):
+    files = _capture_files(name)
+    assert len(files) == {"gloo": 8, "mpi": 2}.get(name.split("_")[0], 1)
+    missing = [f.name for f in files if not f.exists()]
+    assert not missing, missing
+
+
+def test_capture_args_and_process_counts():
+    from training_workloads.variants import capture_args, launch_nproc, launcher
+
+    assert capture_args("causes", "compile-warmup") == "--warmup 0 --steps 3"
+    assert capture_args("causes", "workers-persistent") == "--steps 6"
+    assert capture_args("input-pipeline", "baseline") == ""
+    assert launch_nproc("gloo", "8rank-slow") == 8
+    assert launch_nproc("ddp", "single", 2) == 0 and launch_nproc("ddp", "ddp", 2) == 2
+    assert launch_nproc("causes", "hook-sync", 4) == 0
+    assert launcher("programs", "mpi-hoststaged") == "mpirun" and launch_nproc("programs", "mpi-hoststaged") == 2
+    assert launcher("gloo", "8rank") == "torchrun"
+
+
+FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())
+
+
+def test_fix_pairs_table_fields():
+    assert len(FIX_PAIRS) == 12
+    for row in FIX_PAIRS:
+        assert {"bad", "fixed", "fix", "rule", "bad_steps_per_s", "fixed_steps_per_s", "bad_step_ms",
+                "fixed_step_ms", "per"} <= set(row), row
+        assert row["per"] in ("step", "sample")
+        assert row["bad_steps_per_s"] > 0 and row["fixed_steps_per_s"] > 0
+        assert row["bad_step_ms"] > 0 and row["fixed_step_ms"] > 0
+    per_sample = [r for r in FIX_PAIRS if r["per"] == "sample"]
+    assert [r["bad"] for r in per_sample] == ["launchbound_b.sqlite"]
+    assert per_sample[0]["bad_sample_ms"] == pytest.approx(per_sample[0]["bad_step_ms"] / 16, abs=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted({r[k] for r in FIX_PAIRS for k in ("bad", "fixed")}))
+def test_fix_pair_fixtures_exist_and_open(name):
+    from nsysanalyze.trace import open_trace
+
+    path = FIXTURES / name
+    assert path.exists(), name
+    with open_trace(path) as t:
+        assert len(t.kernels) > 0
+        assert len(t.nvtx) > 0
 
 
 def test_parse_bare_variant_names():

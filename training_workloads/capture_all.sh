@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Capture a set of training_workloads variants with nsys and measure their unprofiled throughput.
 #
-#   training_workloads/capture_all.sh OUTDIR [NAME...]      (default: all 11 capture names)
+#   training_workloads/capture_all.sh OUTDIR [NAME...]      (default: every capture name)
 #
 # For each NAME (resnet18_baseline ... vit_l32_powersgd, see `python -m training_workloads
 # variants --names`):
 #   profile:    training_workloads/profile.sh NAME --steps PROFILE_STEPS -> OUTDIR/NAME.*;
 #               exit status, wall time, output sizes and the run's THROUGHPUT fields
 #               (pre_steps_per_s: warm-up steps before collection started) -> OUTDIR/captures.tsv
-#   throughput: an unprofiled run (no nsys; DDP variants launched like the capture) with
+#   throughput: an unprofiled run (no nsys; torchrun/mpirun variants launched like the capture) with
 #               THROUGHPUT_STEPS measured steps -> OUTDIR/throughput.tsv
 # MODE=both does all profiles first, then all throughput runs. Logs: OUTDIR/logs/NAME.*.log
 #
@@ -39,11 +39,12 @@ if [ $# -eq 0 ]; then mapfile -t names < <("$PYTHON" -m training_workloads varia
 [ -f "$OUTDIR/throughput.tsv" ] || printf 'name\tsteps\tsteps_per_s\tstep_ms\tpre_steps_per_s\twall_s\trc\n' > "$OUTDIR/throughput.tsv"
 [ -f "$OUTDIR/captures.tsv" ] || printf 'name\trc\twall_s\tin_window_steps_per_s\tpre_steps_per_s\tfiles\n' > "$OUTDIR/captures.tsv"
 
-resolve() {
+resolve() {  # workload, variant, capture name, processes (0: direct), launcher
   "$PYTHON" -c '
 import sys
-from training_workloads.variants import capture_name, parse_capture_name
-w, v = parse_capture_name(sys.argv[1]); print(w, v, capture_name(w, v))' "$1"
+from training_workloads.variants import capture_name, launch_nproc, launcher, parse_capture_name
+w, v = parse_capture_name(sys.argv[1])
+print(w, v, capture_name(w, v), launch_nproc(w, v, int(sys.argv[2])), launcher(w, v))' "$1" "$NPROC"
 }
 field() { sed -n "s/.*[ ]$1=\\([^ ]*\\).*/\\1/p" <<<"$2"; }
 # seconds this run may take, or nothing when the deadline has passed
@@ -72,12 +73,16 @@ profile_one() {
 }
 
 throughput_one() {
-  local name=$1 workload=$2 v=$3 log="$OUTDIR/logs/$1.unprofiled.log" t t0 rc wall line
+  local name=$1 workload=$2 v=$3 nproc=$4 launcher=$5 log="$OUTDIR/logs/$1.unprofiled.log" t t0 rc wall line
   t=$(budget); [ -n "$t" ] || { echo "capture_all: $name unprofiled skipped (deadline)"; return; }
   t0=$(date +%s.%N)
-  if [ "$workload" = ddp ] && [ "$v" != single ] && [ "$LAUNCH" != direct ]; then
+  if [ "$launcher" = mpirun ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 "$t" mpirun -np "$nproc" --oversubscribe \
+      --bind-to none "$PYTHON" -m training_workloads "$workload" --variant "$v" --warmup "$WARMUP" \
+      --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
+  elif [ "$nproc" -gt 0 ] && [ "$LAUNCH" != direct ]; then
     # shellcheck disable=SC2086
-    timeout -k 10 "$t" $TORCHRUN --nproc_per_node="$NPROC" -m training_workloads ddp \
+    timeout -k 10 "$t" $TORCHRUN --nproc_per_node="$nproc" -m training_workloads "$workload" \
       --variant "$v" --warmup "$WARMUP" --steps "$THROUGHPUT_STEPS" >"$log" 2>&1
   else
     timeout -k 10 "$t" "$PYTHON" -m training_workloads "$workload" --variant "$v" \
@@ -90,14 +95,14 @@ throughput_one() {
   echo "capture_all: $name unprofiled: $(field steps_per_s "$line") steps/s ($wall s, rc $rc)"
 }
 
-declare -a W V N
+declare -a W V N P L
 for n in "${names[@]}"; do
-  read -r workload v name < <(resolve "$n") || { echo "capture_all: unknown name $n" >&2; continue; }
-  W+=("$workload"); V+=("$v"); N+=("$name")
+  read -r workload v name nproc launch < <(resolve "$n") || { echo "capture_all: unknown name $n" >&2; continue; }
+  W+=("$workload"); V+=("$v"); N+=("$name"); P+=("$nproc"); L+=("$launch")
 done
 if [ "$MODE" != throughput ]; then
   for i in "${!N[@]}"; do profile_one "${N[$i]}"; done
 fi
 if [ "$MODE" != profile ]; then
-  for i in "${!N[@]}"; do throughput_one "${N[$i]}" "${W[$i]}" "${V[$i]}"; done
+  for i in "${!N[@]}"; do throughput_one "${N[$i]}" "${W[$i]}" "${V[$i]}" "${P[$i]}" "${L[$i]}"; done
 fi

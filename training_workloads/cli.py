@@ -7,7 +7,8 @@ import sys
 import click
 
 from .annotate import BACKENDS
-from .variants import ALL_CAPTURES, DDP_VARIANTS, INPUT_PIPELINE_VARIANTS, SCENARIO_VARIANTS, VARIANT_TABLES
+from .variants import (ALL_CAPTURES, CAUSE_VARIANTS, DDP_VARIANTS, GLOO_VARIANTS, INPUT_PIPELINE_VARIANTS,
+                       PROGRAM_VARIANTS, SCENARIO_VARIANTS, VARIANT_TABLES)
 
 
 def _common(f):
@@ -105,6 +106,58 @@ def scenarios_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_back
         raise click.ClickException(str(e)) from e
 
 
+@main.command("causes")
+@click.option("--variant", type=click.Choice(list(CAUSE_VARIANTS)), required=True)
+@_common
+def causes_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend):
+    """PyTorch bad/fixed pairs (optimizer, pinned copies, clipping, workers, batch size, hooks) and host
+    causes (per-step checkpoint, empty_cache, torch.compile warm-up, a link-bound copy loop)."""
+    from . import causes
+
+    try:
+        causes.run(variant, steps=steps, warmup=warmup, cooldown=cooldown,
+                   profiler_range=not no_profiler_range, nvtx_backend=nvtx_backend)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command("gloo")
+@click.option("--variant", type=click.Choice(list(GLOO_VARIANTS)), required=True)
+@_common
+def gloo_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend):
+    """One rank of an 8-rank DDP job on one GPU with the gloo backend (run under torchrun)."""
+    from . import causes
+
+    try:
+        causes.run_gloo(variant, steps=steps, warmup=warmup, cooldown=cooldown,
+                        profiler_range=not no_profiler_range, nvtx_backend=nvtx_backend)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command("programs")
+@click.option("--variant", type=click.Choice(list(PROGRAM_VARIANTS)), required=True)
+@_common
+def programs_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backend):
+    """Programs without torch: a JAX training loop, CuPy with pageable copies or managed memory, an mpi4py
+    program with host-staged all-reduces (under mpirun)."""
+    v = PROGRAM_VARIANTS[variant]
+    kw = dict(steps=steps, warmup=warmup, cooldown=cooldown, profiler_range=not no_profiler_range,
+              nvtx_backend=nvtx_backend)
+    if v.family == "jax":
+        from . import jax_loop
+
+        jax_loop.run(**kw)
+    elif v.family == "mpi":
+        from . import mpi_loop
+
+        mpi_loop.run(**kw)
+    else:
+        from . import cupy_loop
+
+        cupy_loop.run(v.mode, **kw)
+
+
 @main.command("variants")
 @click.option("--names", is_flag=True, help="Print only the capture names, one a line.")
 def variants_cmd(names):
@@ -116,7 +169,7 @@ def variants_cmd(names):
 
     for workload, table in VARIANT_TABLES.items():
         for name, v in table.items():
-            click.echo(f"{workload:14s} {name:17s} {capture_name(workload, name):24s} {v.description}")
+            click.echo(f"{workload:14s} {name:23s} {capture_name(workload, name):24s} {v.description}")
 
 
 if __name__ == "__main__":  # pragma: no cover

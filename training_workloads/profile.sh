@@ -24,14 +24,17 @@
 #                        no torchrun; the workload sets RANK/WORLD_SIZE/MASTER_* itself)
 #
 # DDP variants run as in the article: torchrun --nproc_per_node=N --no-python nsys profile ...
-# python -m training_workloads ddp ...; `single` runs nsys directly (no torchrun, no DDP).
+# python -m training_workloads ddp ...; `single` runs nsys directly (no torchrun, no DDP). The gloo
+# variants run the same way with their own process count (8), mpi-hoststaged under
+# `mpirun -np 2` with MPI tracing (rank files NAME_<rank>); a variant's capture_args (variants.py)
+# come after the given arguments, so they win (e.g. compile-warmup: --warmup 0).
 # Where nsys has no report importer (seen with the 2023.4 target package on an H200), only a
 # .qdstrm is left: import it elsewhere (QdstrmImporter, or ../shared/tools/nsys-local.sh import),
 # after `python -m training_workloads.qdstrm_patch FILE.qdstrm` when the program used CUDA >= 12.5
 # APIs that nsys 2023.4 does not know (PyTorch DDP does). OSRT with nsys 2023.4 needs a config.ini
 # holding `UseLZ4HighCompression=false` beside the nsys binary and the strip above (CAPTURE_NOTES.md).
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,35p' "$0"; exit 2; }
 variant=$1; shift
 
 NSYS=${NSYS:-nsys}
@@ -48,14 +51,21 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=
        NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 
 # resolve (workload, variant, capture name) with the package's own table
-read -r workload v canon < <("$PYTHON" -c '
+# (workload, variant, capture name, processes (0: direct), launcher, the variant's own capture arguments)
+read -r workload v canon nproc launcher extra < <("$PYTHON" -c '
 import sys
-from training_workloads.variants import capture_name, parse_capture_name
+from training_workloads.variants import capture_args, capture_name, launch_nproc, launcher, parse_capture_name
 w, v = parse_capture_name(sys.argv[1])
-print(w, v, capture_name(w, v))' "$variant")
+print(w, v, capture_name(w, v), launch_nproc(w, v, int(sys.argv[2])), launcher(w, v), capture_args(w, v))' \
+  "$variant" "$NPROC")
+[ "${LAUNCH:-torchrun}" = direct ] && nproc=0
+# shellcheck disable=SC2206
+extra_args=($extra)
 NAME=${NAME:-$canon}
 mkdir -p "$OUTDIR"
 
+# mpirun variants: MPI calls traced too (Open MPI on the H200 image)
+[ "$launcher" = mpirun ] && TRACE="$TRACE,mpi" && NSYS_EXTRA="--mpi-impl=openmpi ${NSYS_EXTRA:-}"
 nsys_args=(profile
   --capture-range=cudaProfilerApi --capture-range-end=stop
   --trace="$TRACE"
@@ -66,14 +76,21 @@ nsys_args=(profile
 [ -n "${NSYS_EXTRA:-}" ] && nsys_args+=($NSYS_EXTRA)
 
 set +e
-if [ "$workload" != ddp ] || [ "$v" = single ] || [ "${LAUNCH:-torchrun}" = direct ]; then
-  "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/$NAME" "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@"
+if [ "$nproc" = 0 ]; then
+  "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/$NAME" "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@" \
+    "${extra_args[@]}"
+  rc=$?
+elif [ "$launcher" = mpirun ]; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$nproc" --oversubscribe --bind-to none \
+    "$NSYS" "${nsys_args[@]}" -o "$OUTDIR/${NAME}_%q{OMPI_COMM_WORLD_RANK}" \
+    "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@" "${extra_args[@]}"
   rc=$?
 else
-  out="$OUTDIR/$NAME"; [ "$NPROC" -gt 1 ] && out="${out}_%q{RANK}"
+  out="$OUTDIR/$NAME"; [ "$nproc" -gt 1 ] && out="${out}_%q{RANK}"
   # shellcheck disable=SC2086
-  $TORCHRUN --nproc_per_node="$NPROC" --no-python \
-    "$NSYS" "${nsys_args[@]}" -o "$out" "$PYTHON" -m training_workloads ddp --variant "$v" "$@"
+  $TORCHRUN --nproc_per_node="$nproc" --no-python \
+    "$NSYS" "${nsys_args[@]}" -o "$out" "$PYTHON" -m training_workloads "$workload" --variant "$v" "$@" \
+    "${extra_args[@]}"
   rc=$?
 fi
 set -e

@@ -111,20 +111,20 @@ def _dtoh(mode: str, sched: StepSchedule, annotate, dev) -> None:
                 del predictions[:-1]
 
 
-def _tiny_mlp(dev):
-    """A residual MLP of ``TINY_BLOCKS`` LayerNorm → Linear → GELU blocks: every kernel is tiny."""
+def _tiny_mlp(dev, blocks: int = TINY_BLOCKS, width: int = TINY_WIDTH):
+    """A residual MLP of ``blocks`` LayerNorm → Linear → GELU blocks: every kernel is tiny."""
     from torch import nn
 
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.norm = nn.LayerNorm(TINY_WIDTH)
-            self.fc = nn.Linear(TINY_WIDTH, TINY_WIDTH)
+            self.norm = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, width)
 
         def forward(self, x):
             return x + nn.functional.gelu(self.fc(self.norm(x)))
 
-    return nn.Sequential(*[Block() for _ in range(TINY_BLOCKS)], nn.Linear(TINY_WIDTH, 10)).to(dev)
+    return nn.Sequential(*[Block() for _ in range(blocks)], nn.Linear(width, 10)).to(dev)
 
 
 def _tinyops(mode: str, sched: StepSchedule, annotate, dev) -> None:

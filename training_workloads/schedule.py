@@ -15,12 +15,16 @@ collection starts, which gives a near-unprofiled rate from the profiled process 
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 
 class StepSchedule:
     def __init__(self, warmup: int, steps: int, cooldown: int = 1, *,
-                 cuda: bool = True, profiler_range: bool = True) -> None:
+                 cuda: bool = True, profiler_range: bool = True,
+                 sync: Optional[Callable[[], None]] = None,
+                 profiler: Optional[tuple[Callable[[], None], Callable[[], None]]] = None) -> None:
+        """``sync`` and ``profiler`` (start, stop) replace torch's device synchronize and
+        ``torch.cuda.profiler`` for programs without torch (JAX, CuPy)."""
         if warmup < 0 or steps < 1 or cooldown < 0:
             raise ValueError("need warmup >= 0, steps >= 1, cooldown >= 0")
         self.warmup = warmup
@@ -33,13 +37,17 @@ class StepSchedule:
         self._profiling = False
         self.pre_steps = warmup // 2
         self.pre_start: Optional[float] = None
+        self._sync_fn = sync
+        self._profiler = profiler
 
     @property
     def total(self) -> int:
         return self.warmup + self.steps + self.cooldown
 
     def _sync(self) -> None:
-        if self.cuda:
+        if self._sync_fn is not None:
+            self._sync_fn()
+        elif self.cuda:
             import torch
 
             torch.cuda.synchronize()
@@ -48,17 +56,23 @@ class StepSchedule:
         self._sync()
         self.start_time = time.perf_counter()
         if self.profiler_range:
-            import torch
+            if self._profiler is not None:
+                self._profiler[0]()
+            else:
+                import torch
 
-            torch.cuda.profiler.start()
+                torch.cuda.profiler.start()
             self._profiling = True
 
     def _stop(self) -> None:
         self._sync()
         if self._profiling:
-            import torch
+            if self._profiler is not None:
+                self._profiler[1]()
+            else:
+                import torch
 
-            torch.cuda.profiler.stop()
+                torch.cuda.profiler.stop()
             self._profiling = False
         self.end_time = time.perf_counter()
 

@@ -103,6 +103,87 @@ SCENARIO_VARIANTS: dict[str, ScenarioVariant] = {
     )
 }
 
+
+
+@dataclass(frozen=True)
+class CauseVariant:
+    """One workload of ``causes`` (PyTorch), ``gloo`` (8 DDP ranks) or ``programs`` (JAX, CuPy).
+
+    ``capture_args``: extra workload arguments for its capture only (after the defaults, so they win),
+    e.g. more profiled steps so an epoch boundary falls inside, or no warm-up to capture compilation.
+    ``nproc``: processes under ``launcher`` (0: launched directly); ``launcher``: torchrun or mpirun.
+    """
+
+    name: str
+    family: str
+    mode: str
+    description: str
+    capture_args: str = ""
+    nproc: int = 0
+    launcher: str = "torchrun"
+
+
+CAUSE_VARIANTS: dict[str, CauseVariant] = {
+    v.name: v
+    for v in (
+        CauseVariant("optimizer-unfused", "optimizer", "unfused",
+                     "residual MLP of 64 tiny blocks (258 parameter tensors), AdamW(foreach=False)"),
+        CauseVariant("optimizer-fused", "optimizer", "fused", "the same with AdamW(fused=True)"),
+        CauseVariant("copy-pinned-blocking", "copy", "blocking",
+                     "100 MB pinned batches into a launch-bound net, blocking .to(device)"),
+        CauseVariant("copy-pinned-nonblocking", "copy", "nonblocking", "the same with .to(device, non_blocking=True)"),
+        CauseVariant("clip-item", "clip", "item",
+                     "ResNet-18 b32, clip_grad_norm_ and the norm logged with .item() every step",
+                     capture_args="--steps 8"),
+        CauseVariant("clip-noitem", "clip", "noitem", "the same, norms kept on the GPU and read every 10 steps",
+                     capture_args="--steps 8"),
+        CauseVariant("workers-nonpersistent", "workers", "nonpersistent",
+                     "ResNet-18 b32, 4 pinned DataLoader workers, 3-batch epochs, persistent_workers=False",
+                     capture_args="--steps 6"),
+        CauseVariant("workers-persistent", "workers", "persistent", "the same with persistent_workers=True",
+                     capture_args="--steps 6"),
+        CauseVariant("launchbound-b", "launchbound", "b", "tinyops MLP (24 blocks), Adam(foreach=False), batch 16"),
+        CauseVariant("launchbound-4b", "launchbound", "4b", "the same at batch 64"),
+        CauseVariant("hook-sync", "hook", "sync",
+                     "ResNet-18 b32, torch.cuda.synchronize() in 49 forward hooks (convs, batch norms, blocks, head)"),
+        CauseVariant("hook-nosync", "hook", "nosync", "the same without the hooks"),
+        CauseVariant("checkpoint-per-step", "host-cause", "checkpoint",
+                     "ResNet-18 b32, torch.save of model + Adam state every step (range 'save checkpoint')"),
+        CauseVariant("empty-cache-per-step", "host-cause", "empty-cache",
+                     "ResNet-18 b32 at 224/256 alternating, torch.cuda.empty_cache() every step"),
+        CauseVariant("compile-warmup", "compile", "warmup",
+                     "torch.compile'd MLP (8 x 1024), captured from its first iteration (compilation inside)",
+                     capture_args="--warmup 0 --steps 3"),
+        CauseVariant("link-bound", "link", "bound",
+                     "1 GiB pinned host memory per step copied in 32 MiB chunks on 4 streams, one tiny kernel each"),
+    )
+}
+
+GLOO_VARIANTS: dict[str, CauseVariant] = {
+    v.name: v
+    for v in (
+        CauseVariant("8rank", "gloo", "balanced", "8 DDP ranks on GPU 0, gloo backend, 6.3M-parameter MLP",
+                     capture_args="--warmup 15 --steps 5", nproc=8),
+        CauseVariant("8rank-slow", "gloo", "slow", "the same, rank 3's loader spends 200 ms of CPU work per step",
+                     capture_args="--warmup 15 --steps 5", nproc=8),
+    )
+}
+
+PROGRAM_VARIANTS: dict[str, CauseVariant] = {
+    v.name: v
+    for v in (
+        CauseVariant("jax-pageable", "jax", "pageable",
+                     "JAX MLP training loop, a pageable NumPy batch (12.6 MB) device_put every step, loss read back"),
+        CauseVariant("cupy-pageable", "cupy", "pageable",
+                     "CuPy: 64 MiB pageable ndarray.set() per iteration, matmul + reduction, sync"),
+        CauseVariant("cupy-managed", "cupy", "managed",
+                     "CuPy: 256 MiB managed array touched by host and device every iteration (UM migrations)"),
+        CauseVariant("mpi-hoststaged", "mpi", "hoststaged",
+                     "mpi4py + CuPy, 2 ranks on GPU 0: 64 MiB result copied to the host and MPI.Allreduce'd "
+                     "every step; rank 1 does 50 ms of CPU work first", nproc=2, launcher="mpirun"),
+    )
+}
+
 # The DDP article's optimizations are cumulative: each one keeps the previous settings.
 DDP_VARIANTS: dict[str, DDPVariant] = {
     v.name: v
@@ -120,8 +201,10 @@ DDP_VARIANTS: dict[str, DDPVariant] = {
     )
 }
 
-WORKLOAD_PREFIX = {"input-pipeline": "resnet18", "ddp": "vit_l32", "scenarios": ""}
-VARIANT_TABLES = {"input-pipeline": INPUT_PIPELINE_VARIANTS, "ddp": DDP_VARIANTS, "scenarios": SCENARIO_VARIANTS}
+WORKLOAD_PREFIX = {"input-pipeline": "resnet18", "ddp": "vit_l32", "scenarios": "", "causes": "", "gloo": "gloo",
+                   "programs": ""}
+VARIANT_TABLES = {"input-pipeline": INPUT_PIPELINE_VARIANTS, "ddp": DDP_VARIANTS, "scenarios": SCENARIO_VARIANTS,
+                  "causes": CAUSE_VARIANTS, "gloo": GLOO_VARIANTS, "programs": PROGRAM_VARIANTS}
 
 
 def capture_name(workload: str, variant: str) -> str:
@@ -147,6 +230,23 @@ def parse_capture_name(name: str) -> tuple[str, str]:
         if bare in table:
             return workload, bare
     raise KeyError(f"unknown capture or variant name {name!r}")
+
+
+def capture_args(workload: str, variant: str) -> str:
+    """Extra workload arguments of this variant's capture ('' for most)."""
+    return getattr(VARIANT_TABLES[workload][variant], "capture_args", "")
+
+
+def launch_nproc(workload: str, variant: str, default: int = 1) -> int:
+    """Processes under torchrun for this variant: 0 = run directly; DDP variants use ``default``."""
+    if workload == "ddp":
+        return 0 if variant == "single" else default
+    return getattr(VARIANT_TABLES[workload][variant], "nproc", 0)
+
+
+def launcher(workload: str, variant: str) -> str:
+    """The multi-process launcher of this variant: ``torchrun`` or ``mpirun``."""
+    return getattr(VARIANT_TABLES[workload][variant], "launcher", "torchrun")
 
 
 ALL_CAPTURES: tuple[str, ...] = tuple(

@@ -1,0 +1,374 @@
+"""PyTorch workloads for bad→fixed pairs and for host causes beyond the articles (issues 18 and 22).
+
+Pairs (``bad`` → ``fixed``; the same program except for the fix):
+
+* ``optimizer-unfused`` → ``optimizer-fused``: a residual MLP of 64 tiny blocks (258 parameter
+  tensors), AdamW with ``foreach=False`` (a dozen kernels per parameter) → ``fused=True``.
+* ``copy-pinned-blocking`` → ``copy-pinned-nonblocking``: 100 MB pinned batches (a ring of 4, filled
+  once) into a launch-bound net; ``.to(device)`` (the host waits for every copy) → ``non_blocking=True``.
+* ``clip-item`` → ``clip-noitem``: ResNet-18 at batch 32 with ``clip_grad_norm_``; the norm logged with
+  ``.item()`` every step (one host sync) → kept on the GPU and read every ``LOG_EVERY`` steps.
+* ``workers-nonpersistent`` → ``workers-persistent``: a 4-worker pinned DataLoader whose epoch is
+  ``EPOCH_BATCHES`` batches, ``persistent_workers=False`` (workers restarted at each epoch) → ``True``.
+* ``launchbound-b`` → ``launchbound-4b``: the launch-bound tiny MLP of ``tinyops`` at batch 16 → 64
+  (the fix is more samples per launch: compare per-sample time).
+* ``hook-sync`` → ``hook-nosync``: ResNet-18 at batch 32 with ``torch.cuda.synchronize()`` in a forward
+  hook on every conv, batch-norm, block and the head (49 per step) → no hooks.
+
+Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
+every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
+224/256, so the allocator returns and re-allocates its blocks), ``compile-warmup`` (``torch.compile``
+of an MLP, captured from its first iteration: compilation, module load), ``link-bound`` (1 GiB of
+pinned host memory copied per step in 32 MiB chunks on 4 streams, one tiny kernel per chunk).
+
+Multi-rank (``gloo`` workload, under ``torchrun --nproc_per_node=8``, all ranks on GPU 0): DDP with the
+gloo backend around a 6.3M-parameter MLP; ``8rank-slow`` makes rank ``SLOW_RANK``'s loader spend
+``SLOW_LOADER_S`` of CPU work per step.
+
+NVTX: ``Step {i}`` ⊃ the step's parts (``copy batch``, ``forward``, ``backward``, ``clip grads``, ``log``,
+``optimizer``, ...); ``Batch {i}`` ⊃ ``get batch`` first for the loader workloads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from typing import Optional
+
+from .annotate import get_annotator
+from .schedule import StepSchedule
+from .variants import CAUSE_VARIANTS, GLOO_VARIANTS
+
+RESNET_BATCH, RESNET_IMAGE = 32, 224
+OPT_BLOCKS = 64                       # optimizer-*: 64 blocks x 4 tensors + head = 258 parameter tensors
+COPY_SHAPE = (32, 3, 512, 512)        # copy-pinned-*: 100 MB fp32 per batch
+COPY_RING = 4
+LOG_EVERY = 10                        # clip-noitem: steps between reads of the logged norms
+EPOCH_BATCHES, LOADER_WORKERS = 3, 4  # workers-*: an epoch boundary every 3 steps
+LAUNCH_BATCH = 16                     # launchbound-b; launchbound-4b uses 4x
+LINK_BYTES, LINK_CHUNK, LINK_STREAMS = 1 << 30, 32 << 20, 4
+COMPILE_WIDTH, COMPILE_BATCH, COMPILE_BLOCKS = 1024, 256, 8
+GLOO_IN, GLOO_HIDDEN, GLOO_BATCH = 1024, 2048, 64
+SLOW_RANK, SLOW_LOADER_S = 3, 0.200
+
+
+def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
+        nvtx_backend: Optional[str] = None, seed: Optional[int] = 0) -> StepSchedule:
+    import torch
+
+    v = CAUSE_VARIANTS[variant]
+    if not torch.cuda.is_available():
+        raise RuntimeError("the cause workloads need a CUDA device")
+    dev = torch.device("cuda")
+    if seed is not None:
+        torch.manual_seed(seed)
+    annotate, nvtx_desc = get_annotator(nvtx_backend)
+    print(f"INFO workload=causes variant={variant} family={v.family} mode={v.mode} nvtx={nvtx_desc!r} "
+          f"torch={torch.__version__}", file=sys.stderr)
+    sched = StepSchedule(warmup, steps, cooldown, cuda=True, profiler_range=profiler_range)
+    batch = FAMILIES[v.family](v.mode, sched, annotate, dev)
+    sched.finish()
+    print(sched.report(workload="causes", variant=variant, world_size=1, batch=batch), flush=True)
+    return sched
+
+
+def _train_step(model, optimizer, x, y, annotate):
+    """forward / backward / optimizer ranges of one classification step; returns the loss tensor."""
+    import torch
+
+    with annotate("forward", color="green"):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    with annotate("backward", color="green"):
+        loss.backward()
+    with annotate("optimizer", color="green"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+def _resnet18(dev, batch: int = RESNET_BATCH, image: int = RESNET_IMAGE):
+    """ResNet-18, Adam, one resident batch of random images."""
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet18().to(dev).train()
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(batch, 3, image, image, device=dev)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+    return model, optimizer, x, y
+
+
+def _optimizer(mode, sched, annotate, dev) -> int:
+    import torch
+
+    from .scenarios import TINY_BATCH, TINY_WIDTH, _tiny_mlp
+
+    model = _tiny_mlp(dev, blocks=OPT_BLOCKS)
+    kind = {"fused": True} if mode == "fused" else {"foreach": False}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **kind)
+    x = torch.randn(TINY_BATCH, TINY_WIDTH, device=dev)
+    y = torch.randint(0, 10, (TINY_BATCH,), device=dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+    return TINY_BATCH
+
+
+def _copy(mode, sched, annotate, dev) -> int:
+    import torch
+    from torch import nn
+
+    from .scenarios import TINY_WIDTH, _tiny_mlp
+
+    pooled = COPY_SHAPE[1] * (COPY_SHAPE[2] // 16) * (COPY_SHAPE[3] // 16)
+    model = nn.Sequential(nn.AvgPool2d(16), nn.Flatten(), nn.Linear(pooled, TINY_WIDTH), _tiny_mlp(dev)).to(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    images = [torch.randn(COPY_SHAPE).pin_memory() for _ in range(COPY_RING)]
+    labels = [torch.randint(0, 10, (COPY_SHAPE[0],)).pin_memory() for _ in range(COPY_RING)]
+    non_blocking = mode == "nonblocking"
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("copy batch", color="yellow"):
+                x = images[i % COPY_RING].to(dev, non_blocking=non_blocking)
+                y = labels[i % COPY_RING].to(dev, non_blocking=non_blocking)
+            _train_step(model, optimizer, x, y, annotate)
+    return COPY_SHAPE[0]
+
+
+def _clip(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, optimizer, x, y = _resnet18(dev)
+    norms: list[float] = []
+    pending: list = []  # noitem: norms still on the GPU
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("forward", color="green"):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            with annotate("backward", color="green"):
+                loss.backward()
+            with annotate("clip grads", color="green"):
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with annotate("log", color="yellow"):
+                if mode == "item":
+                    norms.append(norm.item())
+                else:
+                    pending.append(norm.detach())
+                    if (i + 1) % LOG_EVERY == 0:
+                        norms += torch.stack(pending).tolist()
+                        pending.clear()
+            with annotate("optimizer", color="green"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    return RESNET_BATCH
+
+
+class BankDataset:
+    """``length`` samples cycling over a small bank of random 3xSxS images (cheap ``__getitem__``)."""
+
+    def __init__(self, length: int, image: int, bank: int = 8) -> None:
+        import torch
+
+        self.length = length
+        self.images = torch.randn(bank, 3, image, image)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        if not 0 <= index < self.length:
+            raise IndexError(index)
+        return self.images[index % len(self.images)].clone(), index % 10
+
+
+def _workers(mode, sched, annotate, dev) -> int:
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader
+
+    model = torchvision.models.resnet18(num_classes=10).to(dev).train()
+    optimizer = torch.optim.Adam(model.parameters())
+    loader = DataLoader(BankDataset(EPOCH_BATCHES * RESNET_BATCH, RESNET_IMAGE), batch_size=RESNET_BATCH,
+                        num_workers=LOADER_WORKERS, pin_memory=True, drop_last=True,
+                        persistent_workers=mode == "persistent")
+
+    def epochs():
+        while True:
+            yield from loader
+
+    batches = epochs()
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Batch {i}", color="blue"):
+            with annotate("get batch", color="red"):
+                x, y = next(batches)
+            with annotate("copy batch", color="yellow"):
+                x = x.to(dev, non_blocking=True)
+                y = y.to(dev, non_blocking=True)
+            _train_step(model, optimizer, x, y, annotate)
+    return RESNET_BATCH
+
+
+def _launchbound(mode, sched, annotate, dev) -> int:
+    import torch
+
+    from .scenarios import TINY_WIDTH, _tiny_mlp
+
+    batch = LAUNCH_BATCH * (4 if mode == "4b" else 1)
+    model = _tiny_mlp(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(batch, TINY_WIDTH, device=dev)
+    y = torch.randint(0, 10, (batch,), device=dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+    return batch
+
+
+def _hook(mode, sched, annotate, dev) -> int:
+    import torch
+    from torch import nn
+    from torchvision.models.resnet import BasicBlock
+
+    model, optimizer, x, y = _resnet18(dev)
+    if mode == "sync":
+        hooked = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear, BasicBlock))]
+        for m in hooked:
+            m.register_forward_hook(lambda *_: torch.cuda.synchronize())
+        print(f"INFO hook-sync: {len(hooked)} forward hooks with torch.cuda.synchronize()", file=sys.stderr)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+    return RESNET_BATCH
+
+
+def _host_cause(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, optimizer, x, y = _resnet18(dev)
+    images = [x, torch.randn(RESNET_BATCH, 3, 256, 256, device=dev)]
+    path = os.path.join(tempfile.gettempdir(), f"checkpoint_{os.getpid()}.pt")
+    try:
+        for i in range(sched.total):
+            sched.before_step(i)
+            with annotate(f"Step {i}", color="blue"):
+                if mode == "checkpoint":
+                    _train_step(model, optimizer, x, y, annotate)
+                    with annotate("save checkpoint", color="yellow"):
+                        torch.save({"step": i, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                                   path)
+                else:  # empty-cache
+                    _train_step(model, optimizer, images[i % 2], y, annotate)
+                    with annotate("empty cache", color="yellow"):
+                        torch.cuda.empty_cache()
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return RESNET_BATCH
+
+
+def _compile(mode, sched, annotate, dev) -> int:
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch import nn
+
+    inductor_config.compile_threads = 1  # compile in this process (no worker pool under nsys)
+    layers = []
+    for _ in range(COMPILE_BLOCKS):
+        layers += [nn.Linear(COMPILE_WIDTH, COMPILE_WIDTH), nn.LayerNorm(COMPILE_WIDTH), nn.GELU()]
+    model = nn.Sequential(*layers, nn.Linear(COMPILE_WIDTH, 10)).to(dev)
+    compiled = torch.compile(model)
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(COMPILE_BATCH, COMPILE_WIDTH, device=dev)
+    y = torch.randint(0, 10, (COMPILE_BATCH,), device=dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(compiled, optimizer, x, y, annotate)
+    return COMPILE_BATCH
+
+
+def _link(mode, sched, annotate, dev) -> int:
+    import torch
+
+    chunks = LINK_BYTES // LINK_CHUNK
+    host = torch.empty(chunks, LINK_CHUNK // 4, dtype=torch.float32).pin_memory()
+    host.uniform_()
+    device_buf = torch.empty(chunks, LINK_CHUNK // 4, dtype=torch.float32, device=dev)
+    sums = torch.zeros(chunks, device=dev)
+    streams = [torch.cuda.Stream(device=dev) for _ in range(LINK_STREAMS)]
+    main = torch.cuda.current_stream(dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("copy chunks", color="yellow"):
+                for s in streams:
+                    s.wait_stream(main)
+                for k in range(chunks):
+                    with torch.cuda.stream(streams[k % LINK_STREAMS]):
+                        device_buf[k].copy_(host[k], non_blocking=True)
+                        sums[k] = device_buf[k].sum()
+                for s in streams:
+                    main.wait_stream(s)
+            with annotate("sync", color="red"):
+                torch.cuda.synchronize()
+    return 1
+
+
+FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
+            "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
+            "link": _link}
+
+
+def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,
+             nvtx_backend: Optional[str] = None) -> StepSchedule:
+    """One rank of the 8-rank DDP job (gloo backend, every rank on GPU 0); launch under torchrun."""
+    from .ddp import apply_safe_env, dist_env
+
+    apply_safe_env()
+    rank, _, world_size = dist_env(True)
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    v = GLOO_VARIANTS[variant]
+    if not torch.cuda.is_available():
+        raise RuntimeError("the gloo job needs a CUDA device")
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    dist.init_process_group("gloo")
+    torch.manual_seed(rank)
+    annotate, nvtx_desc = get_annotator(nvtx_backend)
+    slow = v.mode == "slow" and rank == SLOW_RANK
+    print(f"INFO workload=gloo variant={variant} rank={rank}/{world_size} slow_loader={slow} nvtx={nvtx_desc!r}",
+          file=sys.stderr)
+    model = nn.Sequential(nn.Linear(GLOO_IN, GLOO_HIDDEN), nn.ReLU(), nn.Linear(GLOO_HIDDEN, GLOO_HIDDEN), nn.ReLU(),
+                          nn.Linear(GLOO_HIDDEN, 10)).to(dev)
+    ddp_model = DDP(model, device_ids=[0])
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    sched = StepSchedule(warmup, steps, cooldown, cuda=True, profiler_range=profiler_range)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Batch {i}", color="blue"):
+            with annotate("get batch", color="red"):
+                x = torch.randn(GLOO_BATCH, GLOO_IN)
+                y = torch.randint(0, 10, (GLOO_BATCH,))
+                if slow:  # CPU work in the loader (decoding, augmentation) on this rank only
+                    until = time.perf_counter() + SLOW_LOADER_S
+                    while time.perf_counter() < until:
+                        pass
+                x, y = x.to(dev), y.to(dev)
+            _train_step(ddp_model, optimizer, x, y, annotate)
+    sched.finish()
+    print(sched.report(workload="gloo", variant=variant, rank=rank, world_size=world_size, batch=GLOO_BATCH),
+          flush=True)
+    dist.destroy_process_group()
+    return sched
