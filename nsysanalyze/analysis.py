@@ -377,11 +377,39 @@ class Analysis:
             facts.update(self._device_facts(pid, dev))
             facts["confidence_factor"] = confidence_factor(self._step_choice.source, len(steady_ids.get((pid, dev), [])),
                                                            coverage.get((pid, dev), 0.0), scope)
+            facts["steady_steps"] = float(len(steady_ids.get((pid, dev), [])))
+            facts.update(self._stall_facts(pid, dev, mine))
+            if not mine.empty and not mine["closed"].all():  # the first step, left out of the medians
+                facts["first_step_ns"] = float(mine.loc[~mine["closed"], "window_ns"].iloc[0])
+                facts["capture_ns"] = float(row["window_ns"])
             out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
                                 facts=facts, gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
                                 framework=self.framework.name, gpu_name=gpu_names.get(dev, ""),
                                 ledger=L.Ledger.of(ledgers.get((pid, dev), L.EMPTY_ROWS), m)))
         return out
+
+    def _stall_facts(self, pid: int, dev: int, steps: pd.DataFrame) -> dict:
+        """Steady steps far longer than the median (S.STALL_FACTOR×: an epoch boundary, a periodic checkpoint or
+        evaluation): stall_steps, steady_step_count, stall_excess_ns (mean − median step window, ns: what the
+        stalls add to every step on average), stall_cause ('kind: cause' of their largest idle) and
+        stall_before_launch_share (of their idle, the share before the step's first launch)."""
+        closed = steps[steps["closed"]] if len(steps) else steps
+        if len(closed) < 2:
+            return {}
+        w = closed["window_ns"].to_numpy(np.float64)
+        median = float(np.median(w))
+        stalls = closed[w > S.STALL_FACTOR * median]
+        if stalls.empty:
+            return {}
+        rows = self._ledger_rows
+        mine = rows[(rows["globalPid"] == pid) & (rows["deviceId"] == dev) & (rows["window"] == "step")
+                    & (rows["kind"] == "idle") & rows["step"].isin(stalls["step"])]
+        top = mine.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+        idle = float(mine["ns"].sum())
+        return {"stall_steps": float(len(stalls)), "steady_step_count": float(len(closed)),
+                "stall_excess_ns": float(w.mean()) - median, "stall_step_ns": float(np.median(stalls["window_ns"])),
+                "stall_cause": f"{top.index[0][0]}: {top.index[0][1]}" if len(top) else "",
+                "stall_before_launch_share": float(mine.loc[mine["before_launch"], "ns"].sum()) / idle if idle else 0.0}
 
     @cached_property
     def _step_coverage(self) -> dict[tuple[int, int], float]:

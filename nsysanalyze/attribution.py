@@ -141,6 +141,10 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         nvtx = nvtx[_during_idle(nvtx, devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
+    warming = nvtx["name"].astype(str).str.fullmatch(WARMUP_RANGE).to_numpy() if len(nvtx) else np.zeros(0, bool)
+    if warming.any():  # on any thread: nvFuser and torch.compile compile on worker threads
+        rows = nvtx[warming]
+        parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), WARMUP, group_name(rows["name"]).to_numpy()))
     took = (runtime["end"] - runtime["start"]).to_numpy()
     loading = (runtime["api"] == "module_load").to_numpy() | (runtime["api"] == "alloc").to_numpy() & (took >= LONG_INIT_NS)
     long_launch = launching & (took >= LONG_LAUNCH_NS)
@@ -149,16 +153,21 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         if mask.any():
             rows = runtime[mask]
             parts.append(_labelled(rows, rt_pid[mask], level, rows["nameId"].map(base_names).fillna("cuda call").to_numpy()))
-    for mask, level, label in ((launching & ~long_launch, LAUNCH, "kernel launch"),
-                               (long_launch, WARMUP, "kernel launch loading its module")):
-        if mask.any():
-            parts.append(_labelled(runtime[mask], rt_pid[mask], level,
-                                   pd.Categorical.from_codes(np.zeros(int(mask.sum()), np.int8), [label])))
+    ranges = _primary_ranges(nvtx, primary, step_ranges, warming)
+    if len(ranges):
+        parts.append(_labelled(ranges, pid_of(ranges["globalTid"].to_numpy()), RANGE, ranges["cause"].to_numpy()))
+    long_rows = runtime[long_launch]
+    if len(long_rows):
+        parts.append(_labelled(long_rows, rt_pid[long_launch], WARMUP,
+                               pd.Categorical.from_codes(np.zeros(len(long_rows), np.int8),
+                                                         ["kernel launch loading its module"])))
     if len(helper_gaps):
         helper_gaps = helper_gaps[_during_idle(helper_gaps, devices)]
-        parts.append(_labelled(helper_gaps, pid_of(helper_gaps["globalTid"].to_numpy()), LAUNCH,
-                               pd.Categorical.from_codes(np.zeros(len(helper_gaps), np.int8),
-                                                         ["between launches on another thread"])))
+    for rows, label in ((runtime[launching & ~long_launch], "kernel launch"),
+                        (helper_gaps, "between launches on another thread")):
+        if len(rows):
+            pids = pid_of(rows["globalTid"].to_numpy())
+            parts.append(_labelled(rows, pids, LAUNCH, _in_range(label, rows["start"].to_numpy(), pids, ranges)))
     if len(osrt):
         osrt = osrt[~_inside_cuda_calls(osrt, runtime)]
     if len(osrt):
@@ -170,18 +179,6 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
             if mask.any():
                 rows = osrt[mask]
                 parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].to_numpy()))
-    warming = nvtx["name"].astype(str).str.fullmatch(WARMUP_RANGE).to_numpy() if len(nvtx) else np.zeros(0, bool)
-    if warming.any():  # on any thread: nvFuser and torch.compile compile on worker threads
-        rows = nvtx[warming]
-        parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), WARMUP, group_name(rows["name"]).to_numpy()))
-    if len(nvtx) and primary:
-        on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values())) & ~warming
-        if len(step_ranges):  # the step ranges themselves are the windows, not causes
-            step_key = pd.MultiIndex.from_frame(step_ranges[["globalTid", "cpu_start", "cpu_end"]])
-            on_primary &= ~pd.MultiIndex.from_arrays([nvtx["globalTid"], nvtx["start"], nvtx["end"]]).isin(step_key)
-        rows = nvtx[on_primary]
-        if len(rows):
-            parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), RANGE, group_name(rows["name"]).to_numpy()))
     cols = ["start", "end", "globalPid", "level", "cause"]
     if not parts:
         return pd.DataFrame({c: [] for c in cols}).astype({"start": np.int64, "end": np.int64, "globalPid": np.int64,
@@ -189,6 +186,39 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     cause = pd.api.types.union_categoricals([p["cause"].array for p in parts])
     frame = pd.concat([p.drop(columns="cause") for p in parts], ignore_index=True).assign(cause=cause)
     return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
+
+
+def _primary_ranges(nvtx: pd.DataFrame, primary: dict[int, int], step_ranges: pd.DataFrame,
+                    warming: np.ndarray) -> pd.DataFrame:
+    """The NVTX sub-ranges on the primary threads (start, end, globalTid, cause: the range's family name), not
+    the step ranges themselves (they are the windows) nor warm-up ranges (a cause of their own)."""
+    if not len(nvtx) or not primary:
+        return pd.DataFrame({"start": [], "end": [], "globalTid": [], "cause": []})
+    on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values())) & ~warming
+    if len(step_ranges):
+        step_key = pd.MultiIndex.from_frame(step_ranges[["globalTid", "cpu_start", "cpu_end"]])
+        on_primary &= ~pd.MultiIndex.from_arrays([nvtx["globalTid"], nvtx["start"], nvtx["end"]]).isin(step_key)
+    rows = nvtx[on_primary]
+    return pd.DataFrame({"start": rows["start"].to_numpy(np.int64), "end": rows["end"].to_numpy(np.int64),
+                         "globalTid": rows["globalTid"].to_numpy(), "cause": group_name(rows["name"]).to_numpy()})
+
+
+def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame) -> pd.Categorical:
+    """``label`` for calls starting at ``t`` (ns) in processes ``pids``, as "label in 'range'" where a primary
+    thread's NVTX sub-range of the same process holds the start (the innermost: _active_label). One sorted
+    lookup per process."""
+    names = pd.Categorical(ranges["cause"]) if len(ranges) else pd.Categorical([])
+    code = np.full(t.size, -1, dtype=np.int64)
+    if len(ranges):
+        r_pid = pid_of(ranges["globalTid"].to_numpy())
+        r_s, r_e, r_code = ranges["start"].to_numpy(), ranges["end"].to_numpy(), names.codes.astype(np.int64)
+        for (pid,), rows in group_indices(pids):
+            mine = r_pid == pid
+            if mine.any():
+                at = slice(None) if rows is None else rows
+                code[at] = _active_label(r_s[mine], r_e[mine], r_code[mine], t[at])
+    labels = [label] + [f"{label} in '{n}'" for n in names.categories]
+    return pd.Categorical.from_codes(code + 1, labels)
 
 
 def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int],

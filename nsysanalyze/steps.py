@@ -42,6 +42,8 @@ from .errors import InputError
 from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, lanes_per_batch
 from .trace.tables import pid_of
 
+STALL_FACTOR = 2.0  # a steady step this many times the median one is a stall (epoch boundary, checkpoint)
+
 DIGITS = re.compile(r"\d+")
 COUNTER = "{n}"
 UNCOUNTED_STEP_NAME = re.compile(r"^(train(ing)?[ _]?)?(step|iter|iteration)$", re.IGNORECASE)

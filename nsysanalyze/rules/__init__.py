@@ -86,10 +86,12 @@ class Finding:
     scope: str = "step median"
     claimed: list[int] = field(default_factory=list)  # positions of the ledger rows this finding claims
     what_if: WhatIf | None = None                      # the bound of its gain (None: nothing to gain)
+    residual: bool = False  # gpu-idle-unexplained beside findings that name their causes: ranked after them
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("what_if")
+        out.pop("residual")
         return out
 
 
@@ -134,12 +136,14 @@ def all_rules() -> list[Rule]:
     specific cause first: warm-up (compilation, module loading), pinning (idle in blocking copy calls and
     munmap, the pageable copies), the other host causes (file writes, allocator churn, unified memory,
     MPI), then the loader (host work before the step's first launch), copies back and host syncs (idle
-    in and after syncs), launch overhead (short gaps no sync explains), copy overlap and the link (pinned
-    copies not hidden), and the DDP and collective rules (device-to-device copies, exposed NCCL)."""
-    from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch
+    in and after syncs), launch overhead (a per-parameter optimizer, then short gaps no sync explains), copy
+    overlap and the link (pinned copies not hidden), the DDP and collective rules (device-to-device copies,
+    exposed NCCL), and periodic stalls (slow steps outside the median step's ledger: they claim no row)."""
+    from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch, periodic
     ip = input_pipeline
     return [host_causes.warmup_capture, ip.pin_memory, *host_causes.RULES, ip.dataloader_workers, *host_sync.RULES,
-            *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES]
+            *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES,
+            *periodic.RULES]
 
 
 BOUNDED_MIN_SHARE = 0.01  # a finding its bound cuts below this share of the window is dropped
@@ -162,8 +166,9 @@ class Diagnosis:
 
 
 def order(findings: list[Finding]) -> list[Finding]:
-    """Largest gain first, then severity, then rule id."""
-    return sorted(findings, key=lambda f: (-f.gain_ns, SEVERITY_ORDER[f.severity], f.rule))
+    """Largest gain first, then severity, then rule id; a residual ``gpu-idle-unexplained`` after its device's
+    findings of SIGNIFICANT_PCT or more (the next step is a fix that names its cause)."""
+    return sorted(findings, key=lambda f: (f.residual, -f.gain_ns, SEVERITY_ORDER[f.severity], f.rule))
 
 
 def diagnose(evidence: list[Evidence]) -> list[Finding]:
@@ -187,11 +192,6 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
                 claim = np.zeros(len(ev.ledger.rows), dtype=bool)
                 claim[f.claimed] = True
                 ev = replace(ev, ledger=ev.ledger.claim(f.rule, claim))
-        warmup = [f for f in mine if f.rule == "warmup-capture"]
-        if warmup and warmup[0].gain_ns >= WARMUP_DOMINATES * ev.get("idle_ns"):
-            for f in mine:  # steady-state advice from a warm-up capture is a guess
-                if f.rule != "warmup-capture":
-                    f.confidence = round(f.confidence * 0.5, 2)
         rest = unexplained_idle(ev, mine)
         if rest is not None:
             rest.confidence = round(rest.confidence * ev.facts.get("confidence_factor", 1.0), 2)
@@ -199,6 +199,14 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
             ev = replace(ev, ledger=ev.ledger.claim(rest.rule, ev.ledger.idle()))
         if any(f.gain_pct >= SIGNIFICANT_PCT for f in mine):  # "nothing to fix here" only when nothing else is big
             mine = [f for f in mine if f.rule != "input-pipeline-ok"]
+        if rest is not None and any(f.gain_pct >= SIGNIFICANT_PCT for f in mine if f is not rest):
+            rest.residual = True  # the idle no fix names comes after the fixes that name theirs
+        warmup = [f for f in mine if f.rule == "warmup-capture"]
+        if warmup and (warmup[0].gain_ns >= WARMUP_DOMINATES * ev.get("idle_ns") or
+                       warmup[0].evidence.get("warmup_share_of_capture", 0.0) >= WARMUP_DOMINATES):
+            for f in mine:  # steady-state advice read from a warm-up capture is a guess: the warm-up leads
+                if f.rule != "warmup-capture":
+                    f.confidence, f.residual = round(f.confidence * 0.5, 2), True
         out.append(Diagnosis(ev, order(mine), ev.ledger, combined(ev.ledger, [f.what_if for f in mine if f.what_if])))
     return out
 
@@ -232,6 +240,9 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     one_shot = ev.per == "capture" and ev.facts.get("kernel_repeats", 99) <= ONE_SHOT_REPEATS
     fix = (f"Most of the GPU idle comes from {what[first['cause_kind']]}: take that work off the GPU's critical "
            "path (run it ahead of or beside the GPU work, in a background thread/process, or on the GPU).")
+    if ev.get("um_count") > 0:
+        fix += (" With unified memory, host accesses to managed pages fault them back one by one: prefetch them "
+                "(cudaMemPrefetchAsync) or copy explicitly before the host reads.")
     if one_shot:
         fix = ("This capture is one first run (its kernels run about once each): its host time is setup, compilation "
                "and first launches, not a steady state. Profile a loop of iterations after warm-up "

@@ -172,5 +172,27 @@ def host_cause(rule: str) -> "callable":
     return check
 
 
-warmup_capture = host_cause("warmup-capture")
+FIRST_STEP_WARMUP = 10.0  # a first step this many times the steady median is warm-up (compile, autotune, load)
+
+_warmup_idle = host_cause("warmup-capture")
+
+
+def warmup_capture(ev: Evidence) -> Finding | None:
+    """Warm-up on the critical path of the steady steps (the ``warmup`` idle rows), or, when the steady steps
+    are clean, a first step (left out of the medians) far longer than them: the capture is mostly warm-up.
+    The second has nothing to gain in the steady state (info); it says so instead of steady-state advice."""
+    found = _warmup_idle(ev)
+    first, capture = ev.facts.get("first_step_ns", 0.0), ev.facts.get("capture_ns", 0.0)
+    if found is not None or not ev.window_ns or first < FIRST_STEP_WARMUP * ev.window_ns:
+        return found
+    fix, snippet = pick(WARMUP_FIX, ev.framework)
+    return make_finding(
+        ev, "warmup-capture",
+        f"The first step took {ms(first)} against {ms(ev.window_ns)} for the steady steps: warm-up (compilation, "
+        f"autotuning, module loading), {first / capture:.0%} of the capture; the findings are about the "
+        f"{ev.facts.get('steady_steps', 0):.0f} steady step(s) after it",
+        confidence=0.8, gain_ns=0.0, severity="info",
+        evidence={"first_step_ns": first, "steady_step_ns": ev.window_ns, "capture_ns": capture,
+                  "warmup_share_of_capture": first / capture if capture else float("nan")},
+        fix=fix, snippet=snippet)
 RULES = [host_cause(r) for r in ("file-io", "allocator-churn", "unified-memory", "mpi-wait")]

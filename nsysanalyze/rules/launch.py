@@ -10,10 +10,15 @@ count on every thread of the process (PyTorch launches the backward from autogra
 from __future__ import annotations
 
 from ..attribution import SHORT_GAP_NS
+from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import pick
 
 IDLE_HIGH = 0.20          # GPU idle fraction worth attacking
+OPTIMIZER_SHARE = 0.05    # idle inside the optimizer step, as a share of the step, worth fusing it
+# the optimizer step's NVTX range (the user's, or torch.optim's own 'Optimizer.step#AdamW.step'), and the
+# launches made inside it
+OPTIMIZER_RANGE = r"(?i)((kernel launch|between launches on another thread) in ')?.*(optimi[sz]er|optim\.|adam|sgd|lamb|lion).*"
 SHORT_GAP_SHARE = 0.5     # share of the idle spent in short gaps between kernels
 MIN_KERNELS = 20          # kernels per step for the pattern to matter
 
@@ -36,6 +41,35 @@ for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, stream);
     "default": ("The GPU finishes each small kernel before the host issues the next: launch fewer, larger kernels "
                 "(fusion, bigger work per launch) or replay the sequence as a CUDA graph.", ""),
 }
+
+
+OPTIMIZER_FIX = {
+    "pytorch": ("The optimizer step launches a few kernels per parameter and the GPU waits between them: use the fused "
+                "(or multi-tensor foreach) implementation, one or a few kernels for all parameters.", """
+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   # or foreach=True (the default on CUDA)
+"""),
+    "default": ("The optimizer step launches kernels per parameter and the GPU waits between them: fuse the update into "
+                "one multi-tensor kernel for all parameters.", ""),
+}
+
+
+def unfused_optimizer(ev: Evidence) -> Finding | None:
+    """Launch gaps inside the optimizer step (its NVTX range, and the launch calls made in it): a per-parameter
+    optimizer. Claims that range's idle; fusing removes the host's launch work there, at most those rows."""
+    ledger = ev.ledger
+    rows = ledger.idle(causes=OPTIMIZER_RANGE)
+    ns, short = ledger.ns(rows), ledger.ns(rows & ledger.idle(short_gap=True))
+    if ns < OPTIMIZER_SHARE * ev.window_ns or short < SHORT_GAP_SHARE * ns:
+        return None
+    fix, snippet = pick(OPTIMIZER_FIX, ev.framework)
+    return make_finding(
+        ev, "unfused-optimizer",
+        f"The optimizer step leaves the GPU idle {ms(ns)} per {ev.per}, {short / ns:.0%} of it in launch gaps "
+        f"< {SHORT_GAP_NS / 1e3:.0f} us: it updates the parameters one kernel at a time",
+        confidence=0.75, gain_ns=ns, claim=rows, what_if=ledger.what_if(ns, host_removed_ns=ns),
+        evidence={"optimizer_idle_ns": ns, "optimizer_short_gap_ns": short, "kernels": ev.get("kernel_count"),
+                  "launch_calls": ev.get("launch_calls")},
+        fix=fix, snippet=snippet)
 
 
 def launch_bound(ev: Evidence) -> Finding | None:
@@ -65,4 +99,4 @@ def launch_bound(ev: Evidence) -> Finding | None:
     )
 
 
-RULES = [launch_bound]
+RULES = [unfused_optimizer, launch_bound]

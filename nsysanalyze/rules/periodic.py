@@ -1,0 +1,60 @@
+"""Periodic stalls: steady steps far longer than the median one (steps.STALL_FACTOR×), recurring — an epoch
+boundary where DataLoader workers restart, a checkpoint or an evaluation every N steps.
+
+The median step hides them, so they are not in the median step's ledger: the gain is what they add to
+every step on average (mean − median step window), spent in the slow steps themselves; its share is of
+the mean step. When their idle
+is mostly before the step's first launch and the step loads data, the cause is the loader starting over
+(``persistent_workers=True``); otherwise the periodic work itself (make it asynchronous or rarer).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..units import ms
+from . import Evidence, Finding, make_finding
+from .fixes import pick
+from .input_pipeline import loads_data
+
+MIN_SHARE = 0.05          # what the stalls add per step on average, as a share of the median step
+LOADER_SHARE = 0.5        # share of the stalls' idle before the first launch that points at the loader
+
+RESTART_FIX = {
+    "pytorch": ("Every epoch the DataLoader starts its workers again and refills its prefetch queue while the GPU "
+                "waits: keep them (persistent_workers=True) and prefetch deeper.", """
+train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=8,
+                          persistent_workers=True,   # workers survive the epoch boundary
+                          prefetch_factor=4, pin_memory=True)
+"""),
+    "default": ("Every few steps the input pipeline starts over (an epoch boundary) while the GPU waits: keep its "
+                "workers alive across epochs and prefetch across the boundary.", ""),
+}
+PERIODIC_FIX = {
+    "default": ("Every few steps one step takes much longer (periodic work: evaluation, checkpointing, logging, "
+                "data reshuffling): make that work asynchronous, rarer, or overlap it with the next steps.", ""),
+}
+
+
+def periodic_stall(ev: Evidence) -> Finding | None:
+    f = ev.facts
+    excess, stalls = f.get("stall_excess_ns", 0.0), f.get("stall_steps", 0.0)
+    if ev.per != "step" or not stalls or excess < MIN_SHARE * ev.window_ns:
+        return None
+    loader = f.get("stall_before_launch_share", 0.0) >= LOADER_SHARE and loads_data(ev)
+    fix, snippet = pick(RESTART_FIX if loader else PERIODIC_FIX, ev.framework)
+    median = ev.window_ns
+    mean_step = replace(ev, m={**ev.m, "window_ns": median + excess})  # the gain's share is of the mean step
+    return make_finding(
+        mean_step, "periodic-stall",
+        f"{stalls:.0f} of {f.get('steady_step_count', 0):.0f} steady steps take {ms(f.get('stall_step_ns', 0))} against "
+        f"{ms(median)} for the median step, adding {ms(excess)} to every step on average"
+        + (" (the loader starting over)" if loader else ""),
+        confidence=0.75 if loader else 0.6, gain_ns=excess,
+        evidence={"stall_steps": stalls, "steady_steps": f.get("steady_step_count", 0.0),
+                  "stall_step_ns": f.get("stall_step_ns", 0.0), "amortized_gain_ns": excess,
+                  "stall_top_cause": f.get("stall_cause", ""),
+                  "stall_idle_before_first_launch_share": f.get("stall_before_launch_share", 0.0)},
+        fix=fix, snippet=snippet)
+
+
+RULES = [periodic_stall]
