@@ -44,6 +44,17 @@ train_loader = DataLoader(dataset, batch_size=BATCH_SIZE,
     "tensorflow": ("Prepare input in parallel and ahead of the step: tf.data with num_parallel_calls and prefetch.", """
 dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 """),
+    "jax": ("Prepare the next batches while the current step runs: build them in a background thread and put them "
+            "on the device ahead (a small prefetch queue of jax.device_put arrays).", """
+import queue, threading
+def prefetch_to_device(batches, size=2):
+    q = queue.Queue(size)
+    threading.Thread(target=lambda: [q.put(jax.device_put(b)) for b in batches] + [q.put(None)], daemon=True).start()
+    while (b := q.get()) is not None:
+        yield b
+for batch in prefetch_to_device(make_batches()):
+    state = train_step(state, batch)
+"""),
     "default": ("The GPU waits while the host prepares each step's input. Prepare step N+1's input in a background "
                 "thread or process (double buffering) while the GPU runs step N, or move that work to the GPU.", ""),
 }
@@ -62,6 +73,12 @@ target = target.to(device, non_blocking=True)
 float *h_buf;
 cudaMallocHost(&h_buf, bytes);                 // once, instead of malloc/new
 cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);
+"""),
+    "cupy": ("Copy from pinned host memory: allocate the host arrays once in page-locked memory and copy them "
+             "asynchronously on a stream.", """
+host = cupyx.empty_pinned(shape, dtype)          # once, instead of numpy.empty
+host[...] = next_batch                           # fill it on the host
+dev.set(host, stream=copy_stream)                # asynchronous at full link speed
 """),
     "openmp": ("The same host arrays are copied every iteration from pageable memory. Keep them on the device "
                "across iterations with a target data region (or enter/exit data), and update only what changes.", """
