@@ -46,13 +46,14 @@ def window_rows(steps: pd.DataFrame, capture: pd.DataFrame, gaps: pd.DataFrame) 
     for window, frame in (("step", steps), ("capture", capture)):
         if frame.empty:
             continue
-        step = frame["step"].to_numpy(np.int64) if window == "step" else np.full(len(frame), -1, np.int64)
-        for cls, col in zip(BUSY_CLASSES, BUSY_COLUMNS):
-            parts.append(pd.DataFrame({"globalPid": frame["globalPid"].to_numpy(np.int64),
-                                       "deviceId": frame["deviceId"].to_numpy(np.int64), "window": window,
-                                       "step": step, "kind": "busy", "what": cls, "cause": "",
-                                       "before_launch": False, "after_sync": False, "short_gap": False,
-                                       "ns": frame[col].to_numpy(np.int64)}))
+        n, k = len(frame), len(BUSY_CLASSES)  # one row per (window, class), made from the n×k matrix at once
+        step = frame["step"].to_numpy(np.int64) if window == "step" else np.full(n, -1, np.int64)
+        parts.append(pd.DataFrame({"globalPid": np.repeat(frame["globalPid"].to_numpy(np.int64), k),
+                                   "deviceId": np.repeat(frame["deviceId"].to_numpy(np.int64), k),
+                                   "window": window, "step": np.repeat(step, k), "kind": "busy",
+                                   "what": np.tile(np.array(BUSY_CLASSES, dtype=object), n), "cause": "",
+                                   "before_launch": False, "after_sync": False, "short_gap": False,
+                                   "ns": frame[BUSY_COLUMNS].to_numpy(np.int64).ravel()}))
     if len(gaps):
         idle = gaps.rename(columns={"cause_kind": "what"}).assign(kind="idle")
         in_steps = idle[idle["step"] >= 0].assign(window="step")
