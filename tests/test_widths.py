@@ -108,7 +108,7 @@ def test_every_gpus_verdict_within_15_lines_at_80_columns_for_one_file_of_2_gpus
     report = report_of(shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite"))
     out = rendered(report, 80).splitlines()[:15]
     for gpu in (0, 1):
-        assert any(re.match(rf"  GPU {gpu} \(pid \d+\): step [\d.]+ ms, idle [\d.]+% → pin-memory", line)
+        assert any(re.match(rf"  GPU {gpu} \(pid \d+\): step [\d.]+ ms, idle [\d.]+% → (\S+|nothing flagged)", line)
                    for line in out), out
     view = ranks.cross_rank([report])
     c = console(80)

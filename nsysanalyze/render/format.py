@@ -335,6 +335,32 @@ def gaps_title(report: dict) -> str:
     return "Where the GPU waited " + ("(median per step)" if report.get("steps") else "(whole capture)")
 
 
+LEDGER_ROWS = 10  # ledger rows shown per device
+LEDGER_HEADERS = ["device", "row", "tags", "time", "share", "claimed by"]
+
+
+def ledger_title(report: dict) -> str:
+    """'Ledger of the median step: every ns once, and the finding that claimed it' (or the capture's)."""
+    scope = "the median step" if report.get("steps") else "the capture"
+    return f"Ledger of {scope}: every ns once, and the finding that claimed it"
+
+
+def ledger_cells(report: dict) -> list[list[str]]:
+    """Rows of the ledger table (``LEDGER_HEADERS``): the largest LEDGER_ROWS rows per device."""
+    labels = {(d["globalPid"], d["deviceId"]): device_label(d, report["trace"]["processes"])
+              for d in report["summary"]["devices"]}
+    cells = []
+    for x in report.get("ledger") or []:
+        window = x["window_ns"] or 1.0
+        for r in x["rows"][:LEDGER_ROWS]:
+            what = f"GPU busy: {r['what']}" if r["kind"] == "busy" else f"idle: {r['cause']} ({r['what']})"
+            tags = ", ".join(t for t, on in (("before 1st launch", r["before_launch"]), ("after sync", r["after_sync"]),
+                                             ("short gap", r["short_gap"])) if on)
+            cells.append([labels.get((x["globalPid"], x["deviceId"]), ""), what, tags, ms(r["ns"]),
+                          pct(r["ns"] / window), r["claimed_by"] or ""])
+    return cells
+
+
 def gap_cells(report: dict) -> list[list[str]]:
     """Rows of the idle-cause table (``GAP_HEADERS``): the top ``GAP_ROWS`` causes per device."""
     labels = {(d["globalPid"], d["deviceId"]): device_label(d, report["trace"]["processes"])

@@ -1,9 +1,10 @@
 """Markdown renderer (for PR comments): headline and next step, notes, findings with fixes, then the tables."""
 from __future__ import annotations
 
-from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, STEP_COLUMNS, STEPS_TITLE, SUBRANGES_TITLE,
-                     SUMMARY_TITLE, code_fence, device_label, evidence_pairs, gain_text, gap_cells, gaps_title, headlines,
-                     keeping_snippets, ms, pct, step_cells, step_names, subrange_table, summary_cells)
+from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, LEDGER_HEADERS, STEP_COLUMNS, STEPS_TITLE,
+                     SUBRANGES_TITLE, SUMMARY_TITLE, code_fence, device_label, evidence_pairs, gain_text, gap_cells,
+                     gaps_title, headlines, keeping_snippets, ledger_cells, ledger_title, ms, pct, step_cells,
+                     step_names, subrange_table, summary_cells)
 from .sanitize import code_span, for_markdown
 
 
@@ -69,4 +70,7 @@ def render(report: dict, sections=("summary", "steps", "findings"), top: int | N
             out += ["", f"{SUBRANGES_TITLE}:", ""]
             out += _table(["range", "time", "share of step"], [[n, ms(ns), pct(sh)] for n, ns, sh in sub])
         out.append("")
+    ledger = ledger_cells(report) if "steps" in sections else []
+    if ledger:
+        out += [f"### {ledger_title(report)}", ""] + _table(LEDGER_HEADERS, ledger) + [""]
     return "\n".join(out)

@@ -23,10 +23,10 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, STEPS_TITLE, STEP_COLUMNS, SUBRANGES_TITLE,
-                     SUMMARY_TITLE, compact_headlines, device_label, evidence_pairs, gain_text, gap_cells, gaps_title,
-                     headlines, keeping_snippets, ms, pct, step_cells, subrange_table, summary_cells, timeline_hint,
-                     trace_line)
+from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, LEDGER_HEADERS, STEPS_TITLE, STEP_COLUMNS,
+                     SUBRANGES_TITLE, SUMMARY_TITLE, compact_headlines, device_label, evidence_pairs, gain_text,
+                     gap_cells, gaps_title, headlines, keeping_snippets, ledger_cells, ledger_title, ms, pct,
+                     step_cells, subrange_table, summary_cells, timeline_hint, trace_line)
 from .sanitize import for_text
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
@@ -175,6 +175,13 @@ def subranges_table(report: dict) -> Table | None:
                     [[name, ms(ns), pct(share)] for name, ns, share in rows])
 
 
+def ledger_table(report: dict) -> Table | None:
+    """The ledger at the findings' scope: its largest rows per device and the finding that claimed each."""
+    cells = ledger_cells(report)
+    return table_of(ledger_title(report), LEDGER_HEADERS, cells, left=(0, 1, 2, 5),
+                    drop=["tags", "share", "device"]) if cells else None
+
+
 def gaps_table(report: dict) -> Table | None:
     """Where the GPU waited: the top idle causes per device (attribution)."""
     cells = gap_cells(report)
@@ -255,6 +262,9 @@ def print_tables(report: dict, console: Console, sections) -> None:
     if table is not None:
         console.print(table)
     table = subranges_table(report)
+    if table is not None:
+        console.print(table)
+    table = ledger_table(report)
     if table is not None:
         console.print(table)
 
