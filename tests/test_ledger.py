@@ -1,6 +1,7 @@
 """The ledger (nsysanalyze.ledger): every window's ns accounted once, findings' claimed rows disjoint, no gain
 above its bound, and the combined estimate within the window — on every real export (the project's
 fixtures and ../shared/traces, skipped when absent), plus exact values on the tiny synthetic trace."""
+import importlib.util
 import json
 from pathlib import Path
 
@@ -12,6 +13,17 @@ from nsysanalyze.compare import compare
 from nsysanalyze.ledger import Ledger, WhatIf, host_work_ns
 from nsysanalyze.render.contract import report as contract_report
 from tiny import gpid
+
+
+def bench_module(name: str):
+    """A script of bench/ as a module (bench/fix_pairs.py: the pairs' predicted and realized gains)."""
+    spec = importlib.util.spec_from_file_location(name, FIXTURES.parent / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fix_pairs = bench_module("fix_pairs")
 
 REAL = sorted(FIXTURES.glob("*.sqlite")) + sorted(SHARED_TRACES.glob("*/*.sqlite"))
 
@@ -145,18 +157,6 @@ PAIRS = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=p["known_mi
          for p in json.loads((FIXTURES / "fix_pairs.json").read_text())]
 
 
-def scope_window(d: dict) -> float:
-    """The first GPU's window at the findings' scope (the median steady step)."""
-    return d["ledger"][0]["window_ns"]
-
-
-def mean_step(d: dict) -> float:
-    """The first GPU's mean steady-step window (for fixes of periodic stalls, which the median hides)."""
-    dev = d["ledger"][0]["deviceId"]
-    w = [s["window_ns"] for s in d["steps"] if s["closed"] and s["deviceId"] == dev]
-    return sum(w) / len(w)
-
-
 def pair_id(p) -> str:
     return f"{Path(p['bad']).stem}->{Path(p['fixed']).stem}"
 
@@ -164,15 +164,7 @@ def pair_id(p) -> str:
 @pytest.mark.parametrize("pair", PAIRS, ids=[pair_id(p if isinstance(p, dict) else p.values[0]) for p in PAIRS])
 def test_predicted_gain_matches_the_realized_one(pair):
     """|predicted − realized| ≤ max(10% of the bad step, 30% of the realized gain) for every bad→fixed pair of the
-    project's own captures (fixtures/fix_pairs.json); realized from the profiled step medians of both."""
-    reports = {}
-    for side in ("bad", "fixed"):
-        with nsysanalyze.open(FIXTURES / pair[side]) as a:
-            reports[side] = contract_report(a)
-    bad, fixed = reports["bad"], reports["fixed"]
-    scale = pair["fixed_batch"] / pair["bad_batch"] if pair.get("per") == "sample" else 1.0
-    step = mean_step if pair.get("measure") == "mean" else scope_window
-    realized = step(bad) - step(fixed) / scale
-    rules = [pair["rule"]] if isinstance(pair["rule"], str) else pair["rule"]
-    predicted = sum(by_rule(bad)[r]["gain_ns"] for r in rules if r in by_rule(bad))
-    assert abs(predicted - realized) <= max(0.1 * step(bad), 0.3 * abs(realized)), (predicted, realized)
+    project's own captures (fixtures/fix_pairs.json; bench/fix_pairs.py evaluates them): realized from the profiled
+    step medians of both (the mean steady step for a periodic stall; per sample when the batch changed)."""
+    e = fix_pairs.evaluate(pair, FIXTURES)
+    assert e["within"], e
