@@ -23,7 +23,7 @@ from .outputs import atomic_output, check_output
 from .render import json as json_render
 from .render.sanitize import markdown_text, printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
-from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
+from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, read_head, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 TABLE_FORMATS = click.Choice(["text", "json", "markdown", "csv"])
@@ -55,11 +55,9 @@ def reject_non_export(p: Path) -> None:
         raise InputError(f"{p}: is an nsys capture stream, not a report: import it with QdstrmImporter (in nsys' "
                          f"host directory: QdstrmImporter -i {p.name}), then export the .nsys-rep it writes with "
                          f"`nsys export --type sqlite -o {p.stem}.sqlite {p.stem}.nsys-rep`")
-    try:
-        with p.open("rb") as f:
-            head = f.read(64).lstrip()
-    except OSError:
-        return  # missing or unreadable: the trace layer says so
+    if stat.S_ISDIR(stat_input(p).st_mode):
+        return
+    head = read_head(p, 64).lstrip()
     if p.suffix.lower() == ".json" or head.startswith(b"{"):
         raise InputError(f"{p}: is a JSON file (a saved report?); this command needs the nsys SQLite export "
                          "(nsys export --type sqlite); compare, plot and report also read saved JSON reports")

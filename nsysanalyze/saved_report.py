@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .compare import METRICS
 from .errors import InputError
-from .trace.open import stat_input
+from .trace.open import open_input
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -84,9 +84,8 @@ REPORT = {
 
 def read_report(path: str | os.PathLike) -> dict:
     """The single-trace report saved in ``path``; InputError (one line) when it is not one."""
-    stat_input(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path) as f:
             doc = json.load(f)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None

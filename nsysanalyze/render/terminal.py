@@ -22,7 +22,7 @@ from rich.text import Text
 
 from .format import (STEP_COLUMNS, device_label, evidence_pairs, gain_text, headlines, keeping_snippets, ms, pct,
                      step_cells, subrange_table, summary_cells, trace_line)
-from .sanitize import for_text
+from .sanitize import for_text, printable
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
 # Width used when stdout is not a terminal: lines are as long as their content, never folded.
@@ -58,11 +58,11 @@ def fits(console: Console, table: Table) -> bool:
 def table_of(title: str, headers: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) -> Table:
     """A table whose cells fold (never crop with '…') when the terminal is narrower than them; the
     columns numbered in ``left`` are left-aligned, the others (numbers) right-aligned."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(printable(title)), title_justify="left")  # Text: never read as rich markup
     for i, head in enumerate(headers):
-        table.add_column(head, justify="left" if i in left else "right", overflow="fold")
+        table.add_column(Text(printable(head)), justify="left" if i in left else "right", overflow="fold")
     for row in rows:
-        table.add_row(*[Text(c) for c in row])
+        table.add_row(*[Text(printable(c)) for c in row])
     return table
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shutil
 import signal
@@ -56,7 +57,7 @@ def connect_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     st = stat_input(p)
     if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{p}: is a directory, expected an nsys SQLite export")
-    head = _read_head(p, len(SQLITE_MAGIC))
+    head = read_head(p, len(SQLITE_MAGIC))
     if st.st_size == 0:
         raise InputError(f"{p}: empty file")
     if head != SQLITE_MAGIC:
@@ -79,20 +80,28 @@ def readonly_connection(path: str | os.PathLike) -> sqlite3.Connection:
     return conn
 
 
-def _read_head(p: Path, n: int) -> bytes:
-    """The first ``n`` bytes of a regular file, opened without blocking (it may have become a FIFO)."""
+def open_input(path: str | os.PathLike) -> io.BufferedReader:
+    """The one gate every input goes through: ``stat_input`` first, then an open that cannot block (a
+    FIFO swapped in after the stat is refused too, never waited on); returns the regular file, binary."""
+    p = Path(path)
+    stat_input(p)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as e:
         raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{p}: is not a regular file; give an nsys SQLite export")
-        return os.read(fd, n)
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
-    finally:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        raise InputError(f"{p}: is not a regular file; give an nsys SQLite export")
+    return os.fdopen(fd, "rb")
+
+
+def read_head(p: str | os.PathLike, n: int) -> bytes:
+    """The first ``n`` bytes of an input file (through ``open_input``)."""
+    with open_input(p) as f:
+        try:
+            return f.read(n)
+        except OSError as e:
+            raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
 
 
 def _refuse_pending_writes(p: Path) -> None:
@@ -101,7 +110,7 @@ def _refuse_pending_writes(p: Path) -> None:
     wal, journal = Path(f"{p}-wal"), Path(f"{p}-journal")
     try:
         wal_size = wal.stat().st_size if wal.exists() else 0
-        hot = journal.exists() and _read_head(journal, len(JOURNAL_MAGIC)) == JOURNAL_MAGIC
+        hot = journal.exists() and read_head(journal, len(JOURNAL_MAGIC)) == JOURNAL_MAGIC
     except OSError as e:
         raise InputError(f"{p}: cannot check for its -wal/-journal file ({e.strerror or e})") from None
     if wal_size > WAL_HEADER_BYTES:
@@ -142,7 +151,7 @@ def nsys_timeout_s() -> float:
 def content_key(path: Path) -> str:
     """A hash of the file's bytes (the cache key: a changed report never reuses an old export)."""
     h = hashlib.blake2b(digest_size=16)
-    with path.open("rb") as f:
+    with open_input(path) as f:
         while chunk := f.read(HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()
