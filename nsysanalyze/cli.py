@@ -19,7 +19,7 @@ from click.utils import PacifyFlushWrapper
 
 from . import batch
 from .errors import InputError
-from .outputs import atomic_output, check_output
+from .outputs import atomic_output, check_output, exit_on_sigterm, release_claims
 from .render import json as json_render
 from .render.sanitize import markdown_text, printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
@@ -501,7 +501,8 @@ def step_timeline_of(path: str, report: dict, step_range: str | None) -> dict | 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns every expected failure into one stderr line and exit code 2."""
     try:
-        rc = cli.main(args=argv, prog_name="nsysanalyze", standalone_mode=False)
+        with exit_on_sigterm():  # SIGTERM unwinds like Ctrl-C: partial files removed, nsys children stopped
+            rc = cli.main(args=argv, prog_name="nsysanalyze", standalone_mode=False)
     except click.exceptions.Exit as e:
         rc = e.exit_code
     except click.exceptions.Abort:
@@ -518,4 +519,6 @@ def main(argv: list[str] | None = None) -> None:
         rc = 0
     except SystemExit as e:  # click turns a broken pipe into exit 1 after wrapping the streams
         rc = 0 if isinstance(sys.stdout, PacifyFlushWrapper) else e.code
+    finally:
+        release_claims()  # outputs claimed at the start but never written
     sys.exit(rc or 0)

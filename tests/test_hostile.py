@@ -473,7 +473,8 @@ COPY_NAMED = 'cp "$(tr -d " " < "$9")" "$7"'
 
 
 def cached(tmp_path: Path) -> list[str]:
-    return sorted(os.listdir(tmp_path / "cache" / "nsysanalyze"))
+    """The cache's files but the entries' manifests."""
+    return sorted(n for n in os.listdir(tmp_path / "cache" / "nsysanalyze") if not n.endswith(".manifest.json"))
 
 
 def test_nsys_rep_export_is_private_validated_and_keyed_by_content(tmp_path):

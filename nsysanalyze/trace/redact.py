@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-from ..outputs import atomic_output, check_output, exit_on_sigterm
+from ..outputs import atomic_output, check_output, exit_on_sigterm, release_claims
 from .open import connect_readonly, stat_input
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(%%)?=")
@@ -114,8 +114,9 @@ def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) 
     src_p = Path(src)
     stat_input(src_p)
     dst_p = check_output(dst, [src_p], force)
-    source = connect_readonly(src_p)
     with contextlib.ExitStack() as stack:
+        stack.callback(release_claims, [dst_p])  # OUT's placeholder, when no copy was written
+        source = connect_readonly(src_p)
         stack.callback(source.close)
         if src_p.stat().st_size > IN_MEMORY_MAX_BYTES:  # scratch copy in a private (0700) temporary folder,
             stack.enter_context(exit_on_sigterm())      # removed on any exit, SIGTERM and Ctrl-C included
