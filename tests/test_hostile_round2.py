@@ -174,3 +174,248 @@ def test_11_an_nsys_whose_child_holds_its_pipes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - began < 15          # not held until the timeout
     assert _gone([int((tmp_path / "child").read_text())], within_s=5)
+
+
+# --- 3: --dask with an odd address is one line naming it ---
+
+@pytest.mark.parametrize("address", ["nonsense", "", "[::1", "tls://x:1", "inproc://x", "ucx://h:1", "h:99999"])
+def test_3_odd_dask_addresses_are_one_line(address):
+    line = one_line_error(run_cli("diagnose", "--example", "--dask", address))
+    assert "not a Dask scheduler address" in line and repr(address) in line
+
+
+def test_3_a_listener_that_is_not_a_scheduler_is_one_line():
+    pytest.importorskip("distributed")
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def garbage():  # answers every connection with bytes that read as an absurd frame length
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"\xff" * 64)
+    threading.Thread(target=garbage, daemon=True).start()
+    try:
+        line = one_line_error(run_cli("diagnose", "--example", "--dask", f"tcp://127.0.0.1:{server.getsockname()[1]}"))
+        assert "cannot reach the Dask scheduler" in line
+    finally:
+        server.close()
+
+
+# --- 4: saved reports that passed validation and then crashed a consumer ---
+
+@pytest.fixture(scope="module")
+def saved_doc() -> dict:
+    proc = run_cli("diagnose", "--example", "--format", "json")
+    assert proc.returncode == 0
+    return json.loads(proc.stdout)
+
+
+def _steps_with_required_keys_only(d):
+    d["steps"] = [{k: s[k] for k in ("globalPid", "deviceId", "name")} for s in d["steps"]]
+
+
+CRASHERS = [  # (edit of the report d, words of the message)
+    (lambda d: d["steps"][0].update(idle_ns=int("9" * 400)), "steps[0].idle_ns: expected a finite number"),
+    (_steps_with_required_keys_only, "steps[0].step: missing"),
+    (lambda d: d["findings"][0]["evidence"].update(nested={"a": 1}), "evidence: expected an object of numbers"),
+    (lambda d: d["summary"]["devices"][0].update(window_ns=1.7e308), "window_ns: expected a finite number"),
+    (lambda d: d["steps"][0].update(window_ns=1.7e308), "steps[0].window_ns: expected a finite number"),
+]
+
+
+@pytest.mark.parametrize("edit, words", CRASHERS)
+def test_4_saved_reports_that_crashed_consumers_are_one_line(edit, words, saved_doc, tmp_path, capsys):
+    from nsysanalyze.cli import main
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(saved_doc))
+    doc = json.loads(json.dumps(saved_doc))
+    edit(doc)
+    bad.write_text(json.dumps(doc))
+    for argv in (["compare", bad, good], ["compare", good, bad], ["plot", bad, "-o", tmp_path / "p.png"],
+                 ["report", bad, "-o", tmp_path / "r.html"], ["report", good, "--baseline", bad, "-o", tmp_path / "s.html"]):
+        with pytest.raises(SystemExit) as e:  # in-process: a traceback fails the test
+            main([str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and words in err, err
+    assert sorted(os.listdir(tmp_path)) == ["bad.json", "good.json"]
+
+
+# --- 6: inferred steps are bounded by design ---
+
+def cycling_kernels(path: Path, names: int, count: int) -> Path:
+    """A synthetic unit-test export (real nsys schema): ``count`` 10 ns kernels 20 ns apart on one GPU whose
+    names cycle through ``names`` names, no NVTX."""
+    from tiny import TinyTrace
+
+    t = TinyTrace(path)
+    t.process(100)
+    ids = [t.string(f"kernel_{i}") for i in range(names)]
+    cols = [r[1] for r in t.conn.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)") if r[3]]
+    values = {"start": "i * 20", "end": "i * 20 + 10", "correlationId": "i + 1", "globalPid": str(100 << 24),
+              "streamId": "7", "demangledName": f"{ids[0]} + i % {names}", "shortName": f"{ids[0]} + i % {names}",
+              "contextId": "1"}
+    chosen = sorted(set(cols) | set(values))
+    t.conn.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({', '.join(map(repr, chosen))}) "
+                   f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {count - 1}) "
+                   f"SELECT {', '.join(values.get(c, '0') for c in chosen)} FROM n")
+    return t.close()
+
+
+def test_6_two_alternating_kernels_are_not_a_step(tmp_path):
+    p = cycling_kernels(tmp_path / "pairs.sqlite", 2, 20_000)
+    proc = run_cli("diagnose", "--format", "json", str(p))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["steps"] == [] and doc["trace"]["step_source"] is None
+
+
+def test_6_inferred_steps_are_capped_with_a_note(tmp_path):
+    from nsysanalyze.steps import MAX_INFERRED_STEPS
+
+    periods = 2 * MAX_INFERRED_STEPS + 10
+    p = cycling_kernels(tmp_path / "triples.sqlite", 3, 3 * periods)
+    proc = run_cli("diagnose", "--format", "json", str(p))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["trace"]["step_source"] == "inferred"
+    assert MAX_INFERRED_STEPS // 2 < len(doc["steps"]) <= MAX_INFERRED_STEPS
+    assert "3 periods per step (at most 10,000 inferred steps per GPU)" in doc["trace"]["step_family"]
+    assert any("3 periods per step" in n for n in doc["notes"])
+    window = [s["window_ns"] for s in doc["steps"] if s["closed"]]
+    assert set(window) == {3 * 3 * 20}  # three periods of three 20 ns kernel slots each
+
+
+# --- 7: intervals that end before they start: one line naming the file and the table ---
+
+def test_7_a_kernel_ending_before_it_starts_is_refused(tmp_path):
+    from tiny import TinyTrace
+
+    t = TinyTrace(tmp_path / "backwards.sqlite")
+    t.process(100)
+    t.kernel(0, 100, 1, 100)
+    t.kernel(500, 400, 2, 100)
+    p = t.close()
+    line = one_line_error(run_cli("diagnose", str(p)))
+    assert str(p) in line and "CUPTI_ACTIVITY_KIND_KERNEL: 1 row(s) end before they start" in line
+
+
+# --- 12: untyped META_DATA_CAPTURE with an integer name ---
+
+def test_12_integer_metadata_names_do_not_crash_redact(tmp_path):
+    import sqlite3
+
+    p = tmp_path / "untyped.sqlite"
+    shutil.copyfile(example_path(), p)
+    con = sqlite3.connect(p)
+    con.executescript("ALTER TABLE META_DATA_CAPTURE RENAME TO old; CREATE TABLE META_DATA_CAPTURE(name, value); "
+                      "INSERT INTO META_DATA_CAPTURE SELECT name, value FROM old; DROP TABLE old; "
+                      "INSERT INTO META_DATA_CAPTURE VALUES (42, 'x'), (7, 12);")
+    con.commit()
+    con.close()
+    check = run_cli("redact", "--check", str(p))
+    assert check.returncode in (0, 1) and b"Traceback" not in check.stderr, check.stderr
+    out = run_cli("redact", str(p), str(tmp_path / "r.sqlite"))
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr
+
+
+# --- 13: every error line names its file ---
+
+def test_13_timestamp_guard_names_the_file(tmp_path):
+    p = int64_edge_trace(tmp_path / "edge.sqlite", start=-(1 << 63) + 1)
+    line = one_line_error(run_cli("summary", str(p)))
+    assert line.startswith(f"nsysanalyze: error: {p}: ") and "timestamps beyond" in line
+
+
+def test_13_non_integer_values_name_the_file_and_table(tmp_path):
+    import sqlite3
+
+    p = int64_edge_trace(tmp_path / "text.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = 'soon' WHERE correlationId = 2")
+    con.commit()
+    con.close()
+    line = one_line_error(run_cli("summary", str(p)))
+    assert line.startswith(f"nsysanalyze: error: {p}: CUPTI_ACTIVITY_KIND_MEMCPY: non-integer values"), line
+
+
+# --- 8 and issue 23 item 6: redaction of what a person typed; --check with the same patterns ---
+
+PLANTED = [  # (value typed on a command line, a part of it that must not survive redaction)
+    (r"python \\fileserver\jdoe-share\proj\train.py", "fileserver"),
+    ("--rdzv_endpoint=gpu-node-17:29500", "gpu-node-17"),
+    ("--master_addr gpu-node-18", "gpu-node-18"),
+    ("cat ~jdoe/data/list.txt", "~jdoe"),
+    ("git clone https://jdoe:s3cr3tpw@git.corp.example.com/r.git", "s3cr3tpw"),
+    ("--aws-secret-access-key=wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("--hf_token hf_abcdefghijklmnopqrstuvwxyzABCDEF", "hf_abcdefghij"),
+    ("AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7"),
+    ("srun --nodelist=gpu-node-[01-04,07] python", "[01-04,07]"),
+    (r"C:\Users\Jane Doe\proj\train.py", "Jane Doe"),
+]
+
+
+def planted_export(tmp_path) -> Path:
+    """The bundled real trace without environment, with PLANTED as its process's arguments."""
+    import sqlite3
+
+    p = tmp_path / "planted.sqlite"
+    shutil.copyfile(example_path(), p)
+    con = sqlite3.connect(p)
+    con.execute("DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT%'")
+    con.executemany("INSERT INTO META_DATA_CAPTURE(name, value) VALUES (?, ?)",
+                    [(f"PROCESS_9:ARGUMENT_{i}", v) for i, (v, _) in enumerate(PLANTED)])
+    con.commit()
+    con.close()
+    return p
+
+
+def test_8_redact_removes_what_a_person_typed(tmp_path):
+    from nsysanalyze.trace.redact import identifying, redact
+
+    src = planted_export(tmp_path)
+    count, found = identifying(src, limit=10_000)
+    flagged = {value for _, _, value, _ in found}
+    assert [v for v, _ in PLANTED if v not in flagged] == []          # --check catches every kind
+    out = tmp_path / "r.sqlite"
+    redact(src, out)
+    data = out.read_bytes()
+    assert [part for _, part in PLANTED if part.encode() in data] == []
+    assert identifying(out) == (0, [])
+
+
+SYSTEM_STRINGS = ["/usr/lib/x86_64-linux-gnu/libm.so.6", "NV_CUDNN_PACKAGE_DEV=libcudnn9-dev-cuda-12=9.7.0.66-1",
+                  "NV_CUDNN_VERSION=9.7.0.66", "CAL_VERSION=\"0.4.4.50\"", "/opt/cray/pe/libsci/23.02.1.1/lib",
+                  "/tmp/site/nvtx/_lib/lib.cpython-312-x86_64-linux-gnu.so",
+                  "/opt/torch/.venv/lib/python3.12/site-packages/torch/lib/libgomp.so.1",
+                  "torchrun --nproc_per_node=8 --nnodes 2 --master_port 29500 train.py"]
+
+
+def test_23_6_system_paths_and_versions_are_not_identifying():
+    from nsysanalyze.trace.redact import _flagger
+
+    flag = _flagger(set(), set())
+    assert {s: flag(s) for s in SYSTEM_STRINGS} == dict.fromkeys(SYSTEM_STRINGS)
+
+
+FIXTURES = sorted((ROOT / "fixtures").glob("*.sqlite"))
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
+def test_23_6_fixtures_raise_no_false_alarm_and_pass_once_redacted(fixture, tmp_path):
+    """Each real fixture: --check reports only hardware ids (GPU UUIDs, PCI bus ids, session UUIDs) — no
+    library path, version string or nsys's own paths; its redacted copy passes."""
+    from nsysanalyze.trace.redact import identifying, redact
+
+    count, found = identifying(fixture, limit=100_000)
+    assert {kind for _, kind, _, _ in found} <= {"uuid", "pci"}, [f for f in found if f[1] not in ("uuid", "pci")]
+    out = tmp_path / "r.sqlite"
+    redact(fixture, out)
+    assert identifying(out) == (0, [])

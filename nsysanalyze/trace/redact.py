@@ -90,7 +90,7 @@ PATH_DIRS = re.compile(r"(?<![\w.~$-])(?:~[\w.-]*|[A-Za-z]:)?/[^\s\"'`;:,=|()<>]
                        r"|(?<![\w\\])\\\\[^\s\"'`;,=|\\]+\\(?:[^\s\"'`;,=|\\]+\\)*")
 # Directories that name no person, host or site: the system's (redact still shortens them; ``redact --check``
 # does not report them), and an installed package's or Nsight tool's (PACKAGE_DIRS, PACKAGE_MODULE) outside PERSONAL_DIRS.
-SYSTEM_DIRS = re.compile(r"(?:/usr|/lib|/lib32|/lib64|/libx32|/bin|/sbin|/etc|/opt/nvidia|/proc|/sys|/dev|/run|"
+SYSTEM_DIRS = re.compile(r"(?:/usr|/lib|/lib32|/lib64|/libx32|/bin|/sbin|/etc|/opt/(?:nvidia|cray|rocm|intel)|/proc|/sys|/dev|/run|"
                          r"/snap|/tmp/nvidia|/var/lib)/")
 PACKAGE_DIRS = re.compile(r".*/(?:site-packages|dist-packages|lib-dynload|nsight-systems[\w.-]*|nsight-compute[\w.-]*)/")
 PACKAGE_MODULE = re.compile(r"[\w.-]+\.(?:cpython-[\w-]+|abi3)\.so(?![\w.])")  # a Python extension module
