@@ -419,3 +419,118 @@ def test_23_6_fixtures_raise_no_false_alarm_and_pass_once_redacted(fixture, tmp_
     out = tmp_path / "r.sqlite"
     redact(fixture, out)
     assert identifying(out) == (0, [])
+
+
+# --- 14: a successful plot or report prints nothing but its line (no font warnings, no raw ESC) ---
+
+@pytest.mark.parametrize("command, suffix", [("plot", "png"), ("report", "html")])
+def test_14_hostile_names_make_no_warnings(command, suffix, hostile_kernels, tmp_path):
+    proc = run_cli(command, str(hostile_kernels), "-o", str(tmp_path / f"out.{suffix}"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b"" and proc.stdout.decode().startswith("wrote ")
+
+
+# --- fuzzers: saved reports, and interval shapes ---
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-10 ** 400, max_value=10 ** 400),
+                        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
+                        st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def _paths(doc, prefix=()):
+    """Every key/index path in ``doc`` (objects and lists), the document's own root excluded."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for k, v in items:
+        yield (*prefix, k)
+        yield from _paths(v, (*prefix, k))
+
+
+@pytest.fixture(scope="module")
+def small_saved(saved_doc) -> dict:
+    """The bundled real trace's saved report with its first three steps (fewer paths to mutate)."""
+    return {**saved_doc, "steps": saved_doc["steps"][:3]}
+
+
+def _run_main(argv) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from nsysanalyze.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    return e.value.code, err.getvalue()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_saved_reports_never_crash_a_consumer(data, small_saved, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fuzz")
+    doc = json.loads(json.dumps(small_saved))
+    paths = list(_paths(doc))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        parent = doc
+        try:
+            for k in path[:-1]:
+                parent = parent[k]
+            if data.draw(st.booleans()) and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = data.draw(JSON_VALUES)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation replaced this path's parent
+    good, bad = folder / "good.json", folder / "bad.json"
+    good.write_text(json.dumps(small_saved))
+    bad.write_text(json.dumps(doc))
+    commands = [["compare", bad, good], ["compare", good, bad]]
+    if data.draw(st.integers(0, 4)) == 0:  # the slow consumers now and then
+        commands += [["plot", bad, "-o", folder / "p.png", "--force"], ["report", bad, "-o", folder / "r.html", "--force"]]
+    for argv in commands:
+        code, err = _run_main(argv)
+        assert code in (0, 2), (argv[0], code, err)
+        assert code == 0 or (err.count("\n") == 1 and err.startswith("nsysanalyze: error:")), err
+
+
+KERNELS = st.lists(st.tuples(st.integers(0, 5_000), st.integers(-40, 400), st.integers(0, 3), st.integers(0, 1)),
+                   min_size=1, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kernels=KERNELS, shuffled=st.randoms(use_true_random=False))
+def test_fuzz_interval_shapes(kernels, shuffled, tmp_path_factory):
+    """Random kernels (any order, overlapping, zero-length or ending before they start) on two GPUs of a
+    synthetic unit-test export (real nsys schema): a report whose times are all non-negative and consistent,
+    or one line naming the file and the table."""
+    from tiny import TinyTrace
+
+    from nsysanalyze.analysis import report
+    from nsysanalyze.errors import InputError
+
+    path = tmp_path_factory.mktemp("iv") / "k.sqlite"
+    t = TinyTrace(path)
+    t.process(100)
+    rows = list(kernels)
+    shuffled.shuffle(rows)
+    for i, (start, duration, name, device) in enumerate(rows):
+        t.kernel(start, start + duration, i + 1, 100, device=device, name=f"k{name}")
+    t.close()
+    try:
+        doc = report(path)
+    except InputError as e:
+        assert any(d < 0 for _, d, _, _ in kernels)
+        assert str(e).startswith(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL: ") and "\n" not in str(e)
+        return
+    assert all(d >= 0 for _, d, _, _ in kernels)
+    for row in doc["summary"]["devices"] + doc["steps"]:
+        assert row["window_ns"] >= 0 and 0 <= row["idle_ns"] <= row["window_ns"]
+        assert 0 <= row["kernel_ns"] <= row["kernel_sum_ns"]
+        assert row["kernel_ns"] + row["idle_ns"] <= row["window_ns"] + 1
+    for device in doc["summary"]["devices"]:
+        mine = [d for _, d, _, dev in kernels if dev == device["deviceId"]]
+        assert device["kernel_sum_ns"] == sum(mine)  # (a zero-length kernel at the window's end counts in no window)
+        assert sum(d > 0 for d in mine) <= device["kernel_count"] <= len(mine)
