@@ -186,14 +186,20 @@ def markdown_tokens(text: str) -> list:
     return flat
 
 
-def test_markdown_output_renders_trace_strings_literally(hostile_trace):
-    proc = run_cli("diagnose", "--format", "markdown", "--step-range", "Batch", str(hostile_trace))
+def literal_markdown(proc) -> tuple[str, list]:
+    """A successful run's markdown and its tokens, checked to hold no control character, link, image,
+    HTML or emphasis."""
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr
     assert not CONTROL.search(out)
     tokens = markdown_tokens(out)
     kinds = {t.type for t in tokens}
     assert not kinds & {"link_open", "image", "html_inline", "html_block", "em_open"}, kinds
+    return out, tokens
+
+
+def test_markdown_output_renders_trace_strings_literally(hostile_trace):
+    out, tokens = literal_markdown(run_cli("diagnose", "--format", "markdown", "--step-range", "Batch", str(hostile_trace)))
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert headings[0].startswith("nsysanalyze: ") and all(
         h.startswith("nsysanalyze: ") or h in ("Summary", "Steps", "Findings") for h in headings), headings
