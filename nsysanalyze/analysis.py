@@ -581,8 +581,10 @@ def run(path: str | os.PathLike, work, step_range: str | None = None):
     try:
         with Analysis(path, step_range=step_range) as a:
             return work(a)
-    except InputError:
-        raise
+    except InputError as e:
+        if str(path) in str(e):
+            raise
+        raise InputError(f"{path}: {e}") from None  # a table's complaint, named by its file
     except sqlite3.DatabaseError as e:
         raise InputError(f"{path}: corrupted or unreadable SQLite export ({e})") from None
     except MemoryError:

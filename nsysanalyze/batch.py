@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import threading
 import time
@@ -122,16 +123,33 @@ def _dead_worker(workers: dict, started, paths: list[str]) -> str:
             f"analyze it alone, or with fewer --jobs")
 
 
+# A Dask scheduler address the CLI accepts: [tcp://]HOST:PORT, HOST a name, an IPv4 address or [IPv6].
+SCHEDULER_ADDRESS = re.compile(r"(?:tcp://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):"
+                               r"(?P<port>[0-9]{1,5})")
+
+
+def check_scheduler_address(address: str) -> None:
+    """InputError (one line) unless ``address`` is tcp://HOST:PORT or HOST:PORT with a port in 1..65535
+    (other transports need a security or UCX setup that --dask does not take)."""
+    m = SCHEDULER_ADDRESS.fullmatch(address)
+    if not m or not 0 < int(m["port"]) < 65536:
+        raise InputError(f"--dask {address!r}: not a Dask scheduler address; give tcp://HOST:PORT "
+                         "(e.g. tcp://10.0.0.5:8786)")
+
+
 def _on_dask(scheduler, paths: list[str], step_range: str | None, done: Callable[[str], None]) -> list[dict]:
-    """Run analyze_job on a Dask cluster; files are sent as absolute paths (the workers must see them)."""
+    """Run analyze_job on a Dask cluster; files are sent as absolute paths (the workers must see them).
+    Anything that goes wrong reaching it (refused, not a Dask scheduler, a garbled reply) is one line."""
+    if isinstance(scheduler, str):
+        check_scheduler_address(scheduler)
     try:
         from dask.distributed import Client, as_completed as dask_completed
     except ImportError:
         raise InputError("--dask needs Dask: pip install 'nsysanalyze[dask]'") from None
     try:
         client = scheduler if hasattr(scheduler, "submit") else Client(scheduler, timeout="10s")
-    except (OSError, TimeoutError) as e:
-        raise InputError(f"cannot reach the Dask scheduler at {scheduler} ({e})") from None
+    except Exception as e:  # MemoryError too: a listener that is not a scheduler can make it read any length
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler} ({type(e).__name__}: {str(e)[:200]})") from None
     try:
         futures = [client.submit(analyze_job, str(Path(p).resolve()), step_range, pure=False) for p in paths]
         index = {f.key: i for i, f in enumerate(futures)}

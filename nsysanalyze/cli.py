@@ -18,11 +18,11 @@ import click
 
 from . import batch
 from .errors import InputError
-from .outputs import atomic_output, check_output
+from .outputs import atomic_output, check_output, exit_on_sigterm, release_claims
 from .render import json as json_render
 from .render.sanitize import markdown_text, printable
 from .steplimit import DEFAULT_MAX_STEPS, binned, capped
-from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, stat_input
+from .trace.open import NSYS_TIMEOUT_ENV, NSYS_TIMEOUT_S, read_head, stat_input
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 TABLE_FORMATS = click.Choice(["text", "json", "markdown", "csv"])
@@ -54,11 +54,9 @@ def reject_non_export(p: Path) -> None:
         raise InputError(f"{p}: is an nsys capture stream, not a report: import it with QdstrmImporter (in nsys' "
                          f"host directory: QdstrmImporter -i {p.name}), then export the .nsys-rep it writes with "
                          f"`nsys export --type sqlite -o {p.stem}.sqlite {p.stem}.nsys-rep`")
-    try:
-        with p.open("rb") as f:
-            head = f.read(64).lstrip()
-    except OSError:
-        return  # missing or unreadable: the trace layer says so
+    if stat.S_ISDIR(stat_input(p).st_mode):
+        return
+    head = read_head(p, 64).lstrip()
     if p.suffix.lower() == ".json" or head.startswith(b"{"):
         raise InputError(f"{p}: is a JSON file (a saved report?); this command needs the nsys SQLite export "
                          "(nsys export --type sqlite); compare, plot and report also read saved JSON reports")
@@ -612,7 +610,8 @@ def explain_cmd(term):
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns every expected failure into one stderr line and exit code 2."""
     try:
-        rc = cli.main(args=argv, prog_name="nsysanalyze", standalone_mode=False)
+        with exit_on_sigterm():  # SIGTERM unwinds like Ctrl-C: partial files removed, nsys children stopped
+            rc = cli.main(args=argv, prog_name="nsysanalyze", standalone_mode=False)
     except click.exceptions.Exit as e:
         rc = e.exit_code
     except click.exceptions.Abort:
@@ -629,4 +628,6 @@ def main(argv: list[str] | None = None) -> None:
         rc = e.status
     except SystemExit as e:
         rc = e.code
+    finally:
+        release_claims()  # outputs claimed at the start but never written
     sys.exit(rc or 0)

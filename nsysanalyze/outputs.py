@@ -3,9 +3,13 @@
 ``check_output(out, inputs, force)`` refuses an OUT that is, resolves to, or hard-links to (same
 ``st_dev`` and ``st_ino``) one of ``inputs``; an OUT that is not a regular-file path (a directory, FIFO,
 device, socket, or a symlink to one of those); an existing OUT without ``force``; an OUT whose folder is
-missing. ``atomic_output(out)`` yields a private (0600) temporary file in OUT's folder to write, then
-renames it onto OUT (``os.replace``: readers see the old file or the whole new one), or deletes it on
-any failure. ``report -o``, ``plot -o`` and ``redact OUT`` all go through both.
+missing. Without ``force`` it claims OUT at once, before any analysis: an empty placeholder created
+with ``O_CREAT | O_EXCL``, so of several runs writing the same new OUT exactly one proceeds and the others
+are told it exists; ``release_claims`` removes the placeholders of outputs never written (a failed or
+stopped command). ``atomic_output(out)`` yields a private (0600) temporary file in OUT's folder to write,
+then renames it onto OUT (``os.replace``: readers see the old file or the whole new one), or deletes it
+(and an SQLite ``-journal`` beside it) on any failure, SIGTERM included under ``exit_on_sigterm``.
+``report -o``, ``plot -o`` and ``redact OUT`` all go through both.
 """
 from __future__ import annotations
 
@@ -48,7 +52,37 @@ def check_output(out: str | os.PathLike, inputs: Iterable[str | os.PathLike], fo
         raise InputError(f"{target}: already exists; pass --force to replace it")
     if not target.parent.resolve().is_dir():
         raise InputError(f"{target.parent}: no such directory")
+    if not force:
+        _claim(target)
     return target
+
+
+# Outputs this process claimed (path -> (st_dev, st_ino) of its empty placeholder), not yet written.
+_CLAIMS: dict[Path, tuple[int, int]] = {}
+
+
+def _claim(target: Path) -> None:
+    """Create ``target`` empty, failing if anything (a file, a link, another run's claim) is there."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except FileExistsError:
+        raise InputError(f"{target}: already exists; pass --force to replace it") from None
+    except OSError as e:
+        raise InputError(f"{target}: cannot write ({e.strerror})") from None
+    st = os.fstat(fd)
+    os.close(fd)
+    _CLAIMS[target] = (st.st_dev, st.st_ino)
+
+
+def release_claims(targets: Iterable[Path] | None = None) -> None:
+    """Remove the placeholders of claimed outputs (``targets``, default all) that were never written:
+    only while the path is still this process's empty placeholder."""
+    for target in list(_CLAIMS) if targets is None else [t for t in targets if t in _CLAIMS]:
+        ident = _CLAIMS.pop(target)
+        with contextlib.suppress(OSError):
+            st = os.lstat(target)
+            if (st.st_dev, st.st_ino) == ident and st.st_size == 0:
+                os.unlink(target)
 
 
 def _same_file(target: Path, target_stat: os.stat_result | None, given: Path) -> bool:
@@ -75,10 +109,12 @@ def atomic_output(out: Path) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, out)
+        _CLAIMS.pop(out, None)
     except OSError as e:
         raise InputError(f"{out}: cannot write ({e.strerror})") from None
     finally:
         tmp.unlink(missing_ok=True)
+        Path(f"{tmp}-journal").unlink(missing_ok=True)  # SQLite's, when VACUUM INTO was stopped
 
 
 def _umask() -> int:

@@ -3,7 +3,9 @@
 ``read_report(path)`` parses the file and checks the keys and types those consumers use, so a
 hand-edited, truncated or foreign JSON file is one line and exit 2, never a traceback. Extra keys
 are allowed (newer reports add some); a metric row (a summary device, a step) may hold any keys,
-but every value in it must be a finite number, a boolean, null, or (for the named keys) a string.
+but every value in it must be a finite number, a boolean, null, or (for the named keys) a string;
+a step row has at least its step number and window; a finding's evidence holds only such scalars.
+Every number is bounded (magnitude at most 2**63, as the int64 ns and byte counts it stands for).
 """
 from __future__ import annotations
 
@@ -14,17 +16,23 @@ from dataclasses import dataclass
 
 from .compare import METRICS
 from .errors import InputError
-from .trace.open import stat_input
+from .trace.open import open_input
 
 SEVERITIES = ("high", "medium", "low", "info")
 
 
+# Bound on any number in a saved report: ns and byte counts are int64 in the analysis; larger values (a
+# 400-digit integer, 1.7e308) are hand edits that would overflow the consumers' arithmetic.
+NUMBER_MAX = 2 ** 63
+
+
 def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float of magnitude at most NUMBER_MAX (abs() of any int is exact; NaN compares false)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) <= NUMBER_MAX
 
 
 def _int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return isinstance(x, int) and not isinstance(x, bool) and abs(x) <= NUMBER_MAX
 
 
 def _str(x) -> bool:
@@ -50,7 +58,18 @@ def _severity(x) -> bool:
     return x in SEVERITIES
 
 
-TYPE_NAMES = {_number: "a finite number", _int: "an integer", _str: "a string", _severity: f"one of {SEVERITIES}"}
+def _scalar(x) -> bool:
+    return x is None or isinstance(x, (bool, str)) or _number(x)
+
+
+def _scalars(x) -> bool:
+    """An object whose values are numbers, strings, booleans or null (a finding's evidence)."""
+    return isinstance(x, dict) and all(_scalar(v) for v in x.values())
+
+
+TYPE_NAMES = {_number: "a finite number (at most 2**63 in magnitude)", _int: "an integer (at most 2**63)",
+              _str: "a string", _severity: f"one of {SEVERITIES}",
+              _scalars: "an object of numbers, strings, booleans or nulls"}
 
 
 def _opt(check):
@@ -73,20 +92,20 @@ REPORT = {
     "notes": [_str],
     "summary": {"devices": Rows({"globalPid": _int, "deviceId": _int, "window_start": _number, "window_end": _number,
                                  **{c: _opt(_number) for m in METRICS if m.is_ratio for c in (m.num, m.den)}})},
-    "steps": Rows({"globalPid": _int, "deviceId": _int, "name": _str}, frozenset({"name"})),
+    "steps": Rows({"globalPid": _int, "deviceId": _int, "name": _str, "step": _int, "window_ns": _number},
+                  frozenset({"name"})),
     "subranges": Optional([{"name": _str, "ns": _number, "share": _opt(_number)}]),
     "kernels": Optional([{"globalPid": _int, "deviceId": _int, "name": _str, "total_ns": _number,
                           "per_step_ns": _opt(_number)}]),
     "findings": [{"rule": _str, "title": _str, "severity": _severity, "confidence": _number, "gain_ns": _opt(_number),
-                  "gain_pct": _number, "evidence": dict, "fix": _str, "snippet": _str}],
+                  "gain_pct": _number, "evidence": _scalars, "fix": _str, "snippet": _str}],
 }
 
 
 def read_report(path: str | os.PathLike) -> dict:
     """The single-trace report saved in ``path``; InputError (one line) when it is not one."""
-    stat_input(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path) as f:
             doc = json.load(f)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
@@ -126,8 +145,6 @@ def check(value, spec, where: str) -> str | None:
         if not isinstance(value, list):
             return f"{where}: expected a list"
         return next((p for i, row in enumerate(value) if (p := _check_row(row, spec, f"{where}[{i}]"))), None)
-    if spec is dict:
-        return None if isinstance(value, dict) else f"{where}: expected an object"
     if spec(value):
         return None
     return f"{where}: expected {TYPE_NAMES.get(spec, 'another type')}, got {_kind(value)}"
@@ -139,7 +156,7 @@ def _check_row(row, spec: Rows, where: str) -> str | None:
         return problem
     for key, v in row.items():
         if key not in spec.strings and not (v is None or isinstance(v, bool) or _number(v)):
-            return f"{where}.{key}: expected a finite number, got {_kind(v)}"
+            return f"{where}.{key}: expected {TYPE_NAMES[_number]}, got {_kind(v)}"
     return None
 
 
@@ -148,5 +165,7 @@ def _kind(value) -> str:
         return "null"
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > NUMBER_MAX:
+        return "a number beyond 2**63"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
             dict: "an object"}.get(type(value), type(value).__name__)

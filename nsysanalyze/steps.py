@@ -204,9 +204,10 @@ def choose_steps(nvtx: pd.DataFrame, pattern: str | None, candidates: list[str],
     empty = pd.DataFrame(columns=STEP_COLUMNS)
     if inferred.empty:
         return StepChoice(empty, project(empty), None, None, rejected)
-    period = int(inferred["period_kernels"].iloc[0])
-    return StepChoice(empty, inferred.drop(columns="period_kernels"), f"kernel sequence (period {period} kernels)",
-                      "inferred", rejected)
+    period, joined = int(inferred["period_kernels"].iloc[0]), int(inferred["periods_per_step"].max())
+    label = f"kernel sequence (period {period} kernels)" + (
+        f", {joined} periods per step (at most {MAX_INFERRED_STEPS:,} inferred steps per GPU)" if joined > 1 else "")
+    return StepChoice(empty, inferred.drop(columns=["period_kernels", "periods_per_step"]), label, "inferred", rejected)
 
 
 # ---- steps from the GPU work itself ---------------------------------------------------
@@ -217,6 +218,11 @@ ITERATION_SHARE = 0.5    # a step range holds at least this share of one period'
 BUSY_SHARE = 0.5         # without a period: step ranges' GPU spans hold this share of GPU-busy time
 PERIOD_PREFIX = 1 << 19  # kernels the period is looked for in (memory stays bounded on 10M-kernel traces)
 PHASE_ITERATIONS = 16    # iterations the boundary's offset is chosen on
+# Bounds on inferred steps, by design: a loop of one or two kernels is not a training step (two kernel
+# names alternating would give a step per two kernels), and a device gets at most MAX_INFERRED_STEPS
+# windows (consecutive periods are joined into one step, said in the steps' label and the notes).
+MIN_PERIOD_KERNELS = 3
+MAX_INFERRED_STEPS = 10_000
 
 
 def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[int, np.ndarray] | None:
@@ -225,7 +231,8 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     previous iteration), or None when the sequence does not repeat.
 
     A name is an anchor when it occurs at least MIN_REPEATS times at a regular spacing (in kernels:
-    max - min within PERIOD_TOLERANCE of the median) spanning at least MIN_SPAN of the sequence.
+    max - min within PERIOD_TOLERANCE of the median, at least MIN_PERIOD_KERNELS) spanning at least
+    MIN_SPAN of the sequence.
     The period is the longest such spacing (the outermost loop). Iterations start at the kernel, at a fixed
     offset from the anchor's occurrences, preceded by the longest median GPU idle (the loop's natural
     boundary, e.g. waiting for the batch load).
@@ -246,7 +253,7 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     names_sorted = head[by_name]
     same = names_sorted[1:] == names_sorted[:-1]
     name, low, high, median, size = _spacing_stats(names_sorted[1:][same], np.diff(by_name)[same])
-    regular = ((size >= MIN_REPEATS - 1) & (median >= 2) & (high - low <= PERIOD_TOLERANCE * median)
+    regular = ((size >= MIN_REPEATS - 1) & (median >= MIN_PERIOD_KERNELS) & (high - low <= PERIOD_TOLERANCE * median)
                & (median * (size + 1) >= MIN_SPAN * m))
     if not regular.any():
         return None
@@ -293,19 +300,21 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     """Steps inferred from each device's repeating kernel sequence (see :func:`kernel_period`): one window
     per period, from one iteration boundary to the next (completion to completion, as NVTX steps; the
     GPU idle before an iteration's first kernel is that iteration's); columns as :func:`project_steps`
-    plus ``period_kernels``; named 'step 1' … 'step N' per device. CPU range = the window (every thread of
-    the process)."""
-    cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels"]
+    plus ``period_kernels`` and ``periods_per_step`` (1, or more where a device would exceed
+    MAX_INFERRED_STEPS); named 'step 1' … 'step N' per device. CPU range = the window (every thread of the process)."""
+    cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels",
+                           "periods_per_step"]
     names, starts, ends = (kernels[c].to_numpy() for c in ("nameId", "start", "end"))
     parts = []  # per device with a period: (globalPid, deviceId, period, boundaries, first kernel start)
     for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
         mine = (names, starts, ends) if idx is None else (names[idx], starts[idx], ends[idx])
         found = kernel_period(*mine)
         if found is not None:
-            parts.append((pid, dev, found[0], found[1], int(mine[1].min())))
+            joined = -(-max(found[1].size - 1, 1) // MAX_INFERRED_STEPS)  # periods per step, within the cap
+            parts.append((pid, dev, found[0], found[1][::joined], int(mine[1].min()), joined))
     if not parts:
         return pd.DataFrame(columns=cols)
-    pids, devs, periods, marks, firsts = zip(*parts)
+    pids, devs, periods, marks, firsts, joined = zip(*parts)
     steps = np.array([max(m.size - 1, 0) for m in marks])  # windows between boundaries, per device
     a, b = np.concatenate([m[:-1] for m in marks]), np.concatenate([m[1:] for m in marks])
     number = np.arange(a.size) - np.repeat(np.cumsum(steps) - steps, steps)  # 0, 1, … per device
@@ -314,7 +323,8 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
                         "cpu_start": a, "cpu_end": b, "deviceId": np.repeat(devs, steps),
                         "gpu_start": a, "gpu_end": b, "window_start": a, "window_end": b,
                         # a window opening at the capture's first kernel misses its wait: open
-                        "closed": a > np.repeat(firsts, steps), "period_kernels": np.repeat(periods, steps)})
+                        "closed": a > np.repeat(firsts, steps), "period_kernels": np.repeat(periods, steps),
+                        "periods_per_step": np.repeat(joined, steps)})
     return out[cols]
 
 

@@ -186,14 +186,20 @@ def markdown_tokens(text: str) -> list:
     return flat
 
 
-def test_markdown_output_renders_trace_strings_literally(hostile_trace):
-    proc = run_cli("diagnose", "--format", "markdown", "--step-range", "Batch", str(hostile_trace))
+def literal_markdown(proc) -> tuple[str, list]:
+    """A successful run's markdown and its tokens, checked to hold no control character, link, image,
+    HTML or emphasis."""
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr
     assert not CONTROL.search(out)
     tokens = markdown_tokens(out)
     kinds = {t.type for t in tokens}
     assert not kinds & {"link_open", "image", "html_inline", "html_block", "em_open"}, kinds
+    return out, tokens
+
+
+def test_markdown_output_renders_trace_strings_literally(hostile_trace):
+    out, tokens = literal_markdown(run_cli("diagnose", "--format", "markdown", "--step-range", "Batch", str(hostile_trace)))
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert headings[0].startswith("nsysanalyze: ") and all(
         h.startswith("nsysanalyze: ") or h.split(" (")[0] in ("Summary", "Per step", "Findings", "Where the GPU waited")
@@ -308,12 +314,12 @@ MALFORMED = [  # (python edit of the report d, words of the message); d["_doc"] 
     ("d['summary']['devices'][0]['window_end'] = None", "window_end: expected a finite number"),
     ("d['summary']['devices'][0]['idle_ns'] = 'lots'", "idle_ns: expected a finite number"),
     ("del d['summary']['devices'][0]['window_ns']", "window_ns: missing"),
-    ("d['steps'][0]['window_ns'] = [1]", "steps[0].window_ns: expected a finite number, got a list"),
+    ("d['steps'][0]['window_ns'] = [1]", "steps[0].window_ns: expected a finite number (at most 2**63 in magnitude), got a list"),
     ("d['steps'][0]['name'] = 3", "steps[0].name: expected a string"),
     ("d['steps'] = 'none'", "steps: expected a list"),
     ("d['findings'][0]['severity'] = 'urgent'", "severity: expected one of"),
     ("d['findings'][0]['evidence'] = []", "evidence: expected an object"),
-    ("d['findings'][0]['gain_pct'] = True", "gain_pct: expected a finite number, got a boolean"),
+    ("d['findings'][0]['gain_pct'] = True", "gain_pct: expected a finite number (at most 2**63 in magnitude), got a boolean"),
     ("d['notes'] = [1]", "notes[0]: expected a string"),
     ("d['format_version'] = '1'", "format_version: expected an integer"),
 ]
@@ -474,7 +480,8 @@ COPY_NAMED = 'cp "$(tr -d " " < "$9")" "$7"'
 
 
 def cached(tmp_path: Path) -> list[str]:
-    return sorted(os.listdir(tmp_path / "cache" / "nsysanalyze"))
+    """The cache's files but the entries' manifests."""
+    return sorted(n for n in os.listdir(tmp_path / "cache" / "nsysanalyze") if not n.endswith(".manifest.json"))
 
 
 def test_nsys_rep_export_is_private_validated_and_keyed_by_content(tmp_path):

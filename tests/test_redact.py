@@ -261,8 +261,10 @@ def test_large_export_scratch_is_private_and_removed_on_sigterm(raw_copy, tmp_pa
     assert len(folders) == 1 and oct(folders[0].stat().st_mode & 0o777) == "0o700"
     copy = folders[0] / "copy"
     assert copy.stat().st_size > 0 and LEAKS.search(copy.read_bytes())  # the unredacted copy, private
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_copy.name, "tmp"])  # nothing beside OUT
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_copy.name, "out.sqlite", "tmp"])  # nothing beside OUT
+    assert (tmp_path / "out.sqlite").stat().st_size == 0  # OUT claimed at the start, still empty
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     time.sleep(0.1)
     assert list(scratch_root.iterdir()) == []
+    assert not (tmp_path / "out.sqlite").exists()  # the claim released

@@ -6,6 +6,7 @@ from rich.text import Text
 
 from .format import count, ms, pct
 from .markdown import _table as md_table
+from .sanitize import code_span, for_markdown, for_text
 from .terminal import table_of
 
 HEADERS = ["total", "share", "count", "mean", "median", "min", "max", "per step", "name"]
@@ -38,7 +39,8 @@ def title(doc: dict, device: dict, shown: int) -> str:
 
 
 def render_text(doc: dict, console: Console) -> None:
-    """One table per (process, GPU); the name comes last and wraps, never cut."""
+    """One table per (process, GPU); the name comes last and wraps, never cut (printable: shown, never obeyed)."""
+    doc = for_text(doc)
     rows = by_device(doc["kernels"])
     for i, d in enumerate(doc["devices"]):
         shown = rows.get((d["globalPid"], d["deviceId"]), [])
@@ -50,10 +52,12 @@ def render_text(doc: dict, console: Console) -> None:
 
 
 def render_markdown(doc: dict) -> str:
+    """Kernel names as code spans (a fence longer than any backtick run in them), other strings inert markdown."""
+    doc = for_markdown(doc, frozenset({"name"}))
     out = []
     rows = by_device(doc["kernels"])
     for d in doc["devices"]:
         shown = rows.get((d["globalPid"], d["deviceId"]), [])
         out += [f"### {title(doc, d, len(shown))}", ""]
-        out += md_table(HEADERS, [cells(k)[:-1] + [f"`{k['name']}`"] for k in shown]) + [""]
+        out += md_table(HEADERS, [cells(k)[:-1] + [code_span(k['name'])] for k in shown]) + [""]
     return "\n".join(out or [f"{doc['trace']['path']}: no kernel in this export.", ""])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .format import TIME_PARTITION, bar_label, device_label, partition_bars, step_names, trace_name
+from .sanitize import printable
 
 FORMATS = (".png", ".svg")
 MAX_TICKS = 30
@@ -24,8 +25,9 @@ TINY_SHARE = 0.006  # a segment under this share of the y axis also gets a 2-poi
 
 
 def _plain(text: str) -> str:
-    """Text from a trace, shown literally (matplotlib reads '$...$' as math)."""
-    return str(text).replace("$", r"\$")
+    """Text from a trace, shown literally: control characters as visible escapes (printable: no font has
+    a glyph for them), '$' escaped (matplotlib reads '$...$' as math)."""
+    return printable(text).replace("$", r"\$")
 
 
 def _cut(text: str, limit: int) -> str:
@@ -108,8 +110,9 @@ def figure(reports: list[dict], labels: list[str] | None = None):
         ax.set_xticks(x[::step], labels[::step], rotation=45 if tilt else 0, ha="right" if tilt else "center",
                       fontsize=8)
         chars = max(24, int(width * ratio / sum(ratios) * 11))
-        title = "\n".join(textwrap.fill(line, chars) for line in panel_title(report, is_step, name, device).split("\n"))
-        ax.set_title(_plain(title), fontsize=9)
+        title = "\n".join(textwrap.fill(_plain(line), chars)
+                          for line in panel_title(report, is_step, name, device).split("\n"))
+        ax.set_title(title, fontsize=9)
         any_open |= is_step and any(r.get("closed") is False for r in rows)
         ax.set_xlabel("step" if is_step else "device", fontsize=9)
         ax.grid(axis="y", alpha=0.3)

@@ -27,7 +27,7 @@ from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, LEDGER_HEADERS, 
                      SUBRANGES_TITLE, SUMMARY_TITLE, compact_headlines, device_label, evidence_pairs, gain_text,
                      gap_cells, gaps_title, headlines, keeping_snippets, ledger_cells, ledger_title, ms, pct,
                      step_cells, subrange_table, summary_cells, timeline_hint, trace_line)
-from .sanitize import for_text
+from .sanitize import for_text, printable
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "green"}
 # Width used when stdout is not a terminal: lines are as long as their content, never folded.
@@ -108,12 +108,12 @@ class WordTable:
 
     def table(self, width: int) -> tuple[Table, list[str]]:
         keep, widths, dropped = self.layout(width)
-        table = Table(title=self.title, title_justify="left")
+        table = Table(title=Text(printable(self.title)), title_justify="left")  # Text: never read as rich markup
         for n, i in enumerate(keep):
-            table.add_column(self.headers[i], justify="left" if i in self.left else "right", overflow="fold",
-                             width=None if widths is None else widths[n])
+            table.add_column(Text(printable(self.headers[i])), justify="left" if i in self.left else "right",
+                             overflow="fold", width=None if widths is None else widths[n])
         for r in self.rows:
-            table.add_row(*[c if isinstance(c, Text) else Text(str(c)) for c in (r[i] for i in keep)])
+            table.add_row(*[c if isinstance(c, Text) else Text(printable(str(c))) for c in (r[i] for i in keep)])
         return table, dropped
 
     def __rich_console__(self, console: Console, options):

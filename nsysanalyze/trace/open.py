@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import json
 import os
 import shutil
 import signal
@@ -56,7 +58,7 @@ def connect_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     st = stat_input(p)
     if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{p}: is a directory, expected an nsys SQLite export")
-    head = _read_head(p, len(SQLITE_MAGIC))
+    head = read_head(p, len(SQLITE_MAGIC))
     if st.st_size == 0:
         raise InputError(f"{p}: empty file")
     if head != SQLITE_MAGIC:
@@ -79,20 +81,28 @@ def readonly_connection(path: str | os.PathLike) -> sqlite3.Connection:
     return conn
 
 
-def _read_head(p: Path, n: int) -> bytes:
-    """The first ``n`` bytes of a regular file, opened without blocking (it may have become a FIFO)."""
+def open_input(path: str | os.PathLike) -> io.BufferedReader:
+    """The one gate every input goes through: ``stat_input`` first, then an open that cannot block (a
+    FIFO swapped in after the stat is refused too, never waited on); returns the regular file, binary."""
+    p = Path(path)
+    stat_input(p)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as e:
         raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{p}: is not a regular file; give an nsys SQLite export")
-        return os.read(fd, n)
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
-    finally:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        raise InputError(f"{p}: is not a regular file; give an nsys SQLite export")
+    return os.fdopen(fd, "rb")
+
+
+def read_head(p: str | os.PathLike, n: int) -> bytes:
+    """The first ``n`` bytes of an input file (through ``open_input``)."""
+    with open_input(p) as f:
+        try:
+            return f.read(n)
+        except OSError as e:
+            raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
 
 
 def _refuse_pending_writes(p: Path) -> None:
@@ -101,7 +111,7 @@ def _refuse_pending_writes(p: Path) -> None:
     wal, journal = Path(f"{p}-wal"), Path(f"{p}-journal")
     try:
         wal_size = wal.stat().st_size if wal.exists() else 0
-        hot = journal.exists() and _read_head(journal, len(JOURNAL_MAGIC)) == JOURNAL_MAGIC
+        hot = journal.exists() and read_head(journal, len(JOURNAL_MAGIC)) == JOURNAL_MAGIC
     except OSError as e:
         raise InputError(f"{p}: cannot check for its -wal/-journal file ({e.strerror or e})") from None
     if wal_size > WAL_HEADER_BYTES:
@@ -129,6 +139,7 @@ def decode_text(raw: bytes) -> str:
 NSYS_TIMEOUT_ENV = "NSYSANALYZE_NSYS_TIMEOUT"  # seconds an `nsys export` may take (--nsys-timeout)
 NSYS_TIMEOUT_S = 600.0
 HASH_CHUNK = 1 << 20
+NSYS_OUTPUT_TAIL = 1 << 16  # bytes of nsys' output searched for its error line
 
 
 def nsys_timeout_s() -> float:
@@ -142,7 +153,7 @@ def nsys_timeout_s() -> float:
 def content_key(path: Path) -> str:
     """A hash of the file's bytes (the cache key: a changed report never reuses an old export)."""
     h = hashlib.blake2b(digest_size=16)
-    with path.open("rb") as f:
+    with open_input(path) as f:
         while chunk := f.read(HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -154,7 +165,11 @@ def export_nsys_rep(rep: Path, cache_dir: Path | None = None) -> Path:
     The export is keyed by a hash of the report's content, so a second run reuses it. nsys writes
     a private temporary file of this process in the cache (concurrent runs never share one); it is
     checked to open as an nsys export, then renamed into place, so the cache only ever holds
-    complete exports. It is never written beside the input (which may sit on a read-only filesystem).
+    complete exports. Beside each entry a manifest records the report's hash and the entry's own
+    metadata (device, inode, size, mtime and ctime: any write to it changes them); an entry is used
+    only when it is a regular file of this user (never a link) that matches its manifest, otherwise
+    (planted, truncated, linked, or from an older version) it is exported afresh. It is never written
+    beside the input (which may sit on a read-only filesystem).
     """
     nsys = shutil.which("nsys")
     if nsys is None:
@@ -168,7 +183,8 @@ def export_nsys_rep(rep: Path, cache_dir: Path | None = None) -> Path:
         raise InputError(f"{rep}: cannot read ({e.strerror})") from None
     cache_dir = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nsysanalyze"
     out = cache_dir / f"{rep.stem}-{key}.sqlite"
-    if out.exists():
+    manifest = cache_dir / f"{rep.stem}-{key}.manifest.json"
+    if _cache_entry_valid(out, manifest, key):
         return out
     try:
         cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -181,31 +197,71 @@ def export_nsys_rep(rep: Path, cache_dir: Path | None = None) -> Path:
         _run_nsys_export(nsys, rep, tmp)
         _check_export(rep, tmp)
         os.replace(tmp, out)
+        _write_manifest(manifest, key, os.lstat(out))
+    except OSError as e:
+        raise InputError(f"{cache_dir}: cannot write the export cache ({e.strerror})") from None
     finally:
         tmp.unlink(missing_ok=True)
     return out
 
 
+def _entry_identity(key: str, st: os.stat_result) -> dict:
+    """What a manifest records of a cache entry (the report's hash; the entry's dev, inode, size, times)."""
+    return {"report_blake2b": key, "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
+def _cache_entry_valid(out: Path, manifest: Path, key: str) -> bool:
+    """Whether ``out`` is the export this process's user wrote for the report hashed ``key``: a regular
+    file (lstat: a link is never followed) of this user matching its manifest (read without following links)."""
+    try:
+        st = os.lstat(out)
+        fd = os.open(manifest, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb") as f:
+            recorded = json.loads(f.read(4096)) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
+    except (OSError, ValueError):
+        recorded = None
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+            and recorded == _entry_identity(key, st))
+
+
+def _write_manifest(manifest: Path, key: str, st: os.stat_result) -> None:
+    """Record the entry's identity beside it (a private temporary file renamed into place)."""
+    fd, name = tempfile.mkstemp(prefix=".manifest.", suffix=".partial", dir=manifest.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_entry_identity(key, st), f)
+        os.replace(name, manifest)
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
 def _run_nsys_export(nsys: str, rep: Path, tmp: Path) -> None:
-    """``nsys export`` of ``rep`` into ``tmp`` in its own process group, killed after the timeout."""
+    """``nsys export`` of ``rep`` into ``tmp`` in its own process group, killed after the timeout. Its
+    output goes to temporary files, not pipes (a child that keeps them open cannot hold this run), and
+    whatever is left of its process group when it exits, fails, times out or this run stops is killed."""
     timeout = nsys_timeout_s()
     cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), "--", str(rep.resolve())]
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-    except OSError as e:
-        raise InputError(f"{rep}: cannot run nsys ({e.strerror})") from None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise InputError(f"{rep}: nsys export did not finish in {timeout:g} s (--nsys-timeout)") from None
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+    with tempfile.TemporaryFile() as output:
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        except OSError as e:
+            raise InputError(f"{rep}: cannot run nsys ({e.strerror})") from None
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{rep}: nsys export did not finish in {timeout:g} s (--nsys-timeout)") from None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a child runs
             proc.wait()
-    if proc.returncode != 0:
-        raise InputError(f"{rep}: nsys export failed (exit {proc.returncode}): {_error_line(err or out)}")
+        if proc.returncode != 0:
+            output.seek(max(0, output.seek(0, os.SEEK_END) - NSYS_OUTPUT_TAIL))
+            raise InputError(f"{rep}: nsys export failed (exit {proc.returncode}): {_error_line(output.read())}")
 
 
 def _error_line(output: bytes) -> str:

@@ -36,28 +36,65 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-from ..outputs import atomic_output, check_output, exit_on_sigterm
+from ..outputs import atomic_output, check_output, exit_on_sigterm, release_claims
 from .open import connect_readonly, stat_input
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(%%)?=")
-# Identifying tokens in free text, replaced by a marker (command lines: --master_addr=10.1.2.3).
+# Identifying tokens in free text, replaced by a marker (command lines: --master_addr=10.1.2.3). Each is
+# (marker, pattern); redact replaces every match and ``redact --check`` reports every match (IP_ADDRESS and
+# paths are filtered as ``_not_a_version`` and ``personal_path`` say).
 TOP_LEVEL = ("com|org|net|edu|gov|mil|int|io|ai|dev|app|cloud|info|biz|local|localdomain|internal|lan|corp|"
              "cluster|home|us|uk|de|fr|ch|nl|se|fi|no|dk|it|es|pl|cz|at|be|jp|cn|kr|tw|in|au|ca|br|ru|il|sg")
+# A URL: everything after the scheme (host, credentials, path, query) can name a site or hold a secret.
+URL = re.compile(r"(?i)(?<![\w+.-])[a-z][a-z0-9+.-]{1,15}://[^\s\"'`<>]+")
+# Values of command-line options that are secrets (--token X, --aws-secret-access-key=...).
+SECRET_OPTION = re.compile(r"(?i)(?<![\w-])(--?[\w-]*(?:secret|token|passw(?:or)?d|api[_-]?key|access[_-]?key|"
+                           r"credential|auth)[\w-]*(?:=|\s+))(?!<)[^\s\"'`]+")
+# Well-known secret formats (AWS access key ids, GitHub, Slack, OpenAI-style, Google API, Hugging Face tokens).
+SECRET_TOKEN = re.compile(r"(?<![\w-])(?:(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_\w{22,}|"
+                          r"xox[abprs]-[\w-]{10,}|sk-[A-Za-z0-9_-]{20,}|AIza[\w-]{35}|hf_[A-Za-z]{30,})(?![\w-])")
+# Values of options that name a host (--master_addr gpu-node-17, --rdzv_endpoint=gpu-node-17:29500): the
+# host part, not a port or a number (--master_port 29500, --nnodes 2 stay).
+HOST_OPTION = re.compile(r"(?i)(?<![\w-])(--?[\w-]*(?:addr|address|host|hostname|endpoint|server|nodelist|"
+                         r"master|rdzv|coordinator)[\w-]*(?:=|\s+))(?![\d.]+(?![\w-]))(?!<)[\w.\[\],-]+")
+# A SLURM node list (gpu-node-[01-04,07]).
+NODE_LIST = re.compile(r"(?<![\w-])[A-Za-z][\w-]*\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\](?=[^\w]|$)")
+IP_ADDRESS = re.compile(r"(?<![\w./])(?:\d{1,3}\.){3}\d{1,3}(?![\w.-])|(?i:(?<![\w:])(?:[0-9a-f]{1,4}:){7}"
+                        r"[0-9a-f]{1,4}(?![\w:])|(?<![\w:])(?:[0-9a-f]{1,4}:){1,6}:"
+                        r"(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:]))")
 IDENTIFIERS = (
+    ("<url>", URL),
+    ("<secret>", SECRET_OPTION),
+    ("<secret>", SECRET_TOKEN),
     ("<uuid>", re.compile(r"(?i)(?<![0-9a-f-])(?:GPU-|MIG-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
                           r"[0-9a-f]{12}(?![0-9a-f-])")),
     ("<pci>", re.compile(r"(?i)(?<![\w:])(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7](?![\w.])")),
     ("<mac>", re.compile(r"(?i)(?<![\w:])(?:[0-9a-f]{2}[:-]){5}[0-9a-f]{2}(?![\w:])")),
     ("<email>", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
-    ("<ip>", re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])|(?i:(?<![\w:])(?:[0-9a-f]{1,4}:){7}[0-9a-f]{1,4}"
-                        r"(?![\w:])|(?<![\w:])(?:[0-9a-f]{1,4}:){1,6}:"
-                        r"(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:]))")),
+    ("<ip>", IP_ADDRESS),
     ("<host>", re.compile(rf"(?i)(?<![\w.-])(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+(?:{TOP_LEVEL})(?![\w.-])")),
+    ("<host>", HOST_OPTION),
+    ("<host>", NODE_LIST),
 )
+# The prefix a marker keeps of its match: the option's name.
+KEEP_GROUP = {SECRET_OPTION: r"\1", HOST_OPTION: r"\1"}
+# Just before a dotted quad, words that make it a version number (NV_CUDNN_VERSION=9.7.0.66), not an address
+# (a dotted quad in a path, /opt/cray/pe/libsci/23.02.1.1, or before '-', 9.7.0.66-1, is not one either).
+VERSION_BEFORE = re.compile(r"(?i)(?:version|ver|v)[\s=:_\"'-]*$")
 # A user's home directory, also when the user name has spaces (PATH_DIRS stops at a space).
 HOME_DIR = re.compile(r"(?<![\w.~$-])/(?:home|Users)/[^/]+/")
-# An absolute POSIX path's directory part, or a Windows one (C:\dir\), up to the last separator.
-PATH_DIRS = re.compile(r"(?<![\w.~$-])(?:~|[A-Za-z]:)?/[^\s\"'`;:,=|()<>]*/|(?<!\w)[A-Za-z]:\\(?:[^\s\"'`;,=|\\]+\\)+")
+WINDOWS_HOME_DIR = re.compile(r"(?i)(?<!\w)([a-z]:[\\/])(?:Users|Documents and Settings)[\\/][^\\/]+[\\/]")
+# An absolute POSIX path's directory part (also ~/ and ~user/), a Windows one (C:\dir\), or a UNC one
+# (\\server\share\dir\), up to the last separator.
+PATH_DIRS = re.compile(r"(?<![\w.~$-])(?:~[\w.-]*|[A-Za-z]:)?/[^\s\"'`;:,=|()<>]*/|(?<!\w)[A-Za-z]:\\(?:[^\s\"'`;,=|\\]+\\)*"
+                       r"|(?<![\w\\])\\\\[^\s\"'`;,=|\\]+\\(?:[^\s\"'`;,=|\\]+\\)*")
+# Directories that name no person, host or site: the system's (redact still shortens them; ``redact --check``
+# does not report them), and an installed package's or Nsight tool's (PACKAGE_DIRS, PACKAGE_MODULE) outside PERSONAL_DIRS.
+SYSTEM_DIRS = re.compile(r"(?:/usr|/lib|/lib32|/lib64|/libx32|/bin|/sbin|/etc|/opt/(?:nvidia|cray|rocm|intel)|/proc|/sys|/dev|/run|"
+                         r"/snap|/tmp/nvidia|/var/lib)/")
+PACKAGE_DIRS = re.compile(r".*/(?:site-packages|dist-packages|lib-dynload|nsight-systems[\w.-]*|nsight-compute[\w.-]*)/")
+PACKAGE_MODULE = re.compile(r"[\w.-]+\.(?:cpython-[\w-]+|abi3)\.so(?![\w.])")  # a Python extension module
+PERSONAL_DIRS = re.compile(r"(?i)~|/(?:home|Users|root)/|[a-z]:[\\/](?:Users|Documents and Settings)[\\/]")
 
 # META_DATA_CAPTURE / META_DATA_EXPORT / EXPORT_META_DATA names whose value is blanked (SQL LIKE patterns).
 BLANK_META = ("EXPORT_HOST", "EXPORT_USER", "%PATH_ABS", "DEVICE_DISPLAY_NAME", "%HOSTNAME%", "%USER_NAME%",
@@ -95,14 +132,37 @@ IN_MEMORY_MAX_BYTES = 4 << 30  # larger exports are redacted in a scratch file
 def shorten_paths(text: str | None) -> str | None:
     """Absolute paths in ``text`` reduced to their last component ('/home/a/x/train.py' → 'train.py'),
     home directories first (so '/home/Jane Doe/x/a.py' loses the user name too)."""
-    return text if not text else PATH_DIRS.sub("", HOME_DIR.sub("/", text))
+    return text if not text else PATH_DIRS.sub("", WINDOWS_HOME_DIR.sub(r"\1", HOME_DIR.sub("/", text)))
+
+
+def _not_a_version(m: re.Match) -> bool:
+    """A dotted quad that is not a version number (nothing like 'VERSION=' just before it)."""
+    return not (m.group().count(".") == 3 and VERSION_BEFORE.search(m.string, 0, m.start()))
+
+
+def _matches(pattern: re.Pattern, text: str):
+    return (m for m in pattern.finditer(text) if pattern is not IP_ADDRESS or _not_a_version(m))
 
 
 def replace_identifiers(text: str) -> str:
-    """UUIDs, PCI bus ids, MAC and e-mail addresses, IP addresses and host names (FQDNs) → markers."""
+    """URLs, secrets, UUIDs, PCI bus ids, MAC and e-mail addresses, IP addresses, host names (FQDNs, option
+    values, node lists) → markers (IDENTIFIERS)."""
     for mark, pattern in IDENTIFIERS:
-        text = pattern.sub(mark, text)
+        keep = KEEP_GROUP.get(pattern)
+        text = pattern.sub(lambda m: (m.expand(keep) if keep else "") + mark if pattern is not IP_ADDRESS
+                           or _not_a_version(m) else m.group(), text)
     return text
+
+
+def personal_path(text: str) -> bool:
+    """Whether ``text`` holds a path whose folders could name a person, host or site: any but SYSTEM_DIRS
+    and, outside PERSONAL_DIRS, an installed Python package's folder."""
+    for m in PATH_DIRS.finditer(text):
+        folder = m.group()
+        package = (PACKAGE_DIRS.match(folder) or PACKAGE_MODULE.match(text, m.end())) and not PERSONAL_DIRS.match(folder)
+        if not (SYSTEM_DIRS.match(folder) or package):
+            return True
+    return False
 
 
 def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) -> dict[str, int]:
@@ -114,8 +174,9 @@ def redact(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) 
     src_p = Path(src)
     stat_input(src_p)
     dst_p = check_output(dst, [src_p], force)
-    source = connect_readonly(src_p)
     with contextlib.ExitStack() as stack:
+        stack.callback(release_claims, [dst_p])  # OUT's placeholder, when no copy was written
+        source = connect_readonly(src_p)
         stack.callback(source.close)
         if src_p.stat().st_size > IN_MEMORY_MAX_BYTES:  # scratch copy in a private (0700) temporary folder,
             stack.enter_context(exit_on_sigterm())      # removed on any exit, SIGTERM and Ctrl-C included
@@ -167,7 +228,7 @@ def _identities(conn: sqlite3.Connection, tables: set[str]) -> tuple[set[str], s
     env_lines: list[str] = []
     if "META_DATA_CAPTURE" in tables:
         for name, value in conn.execute("SELECT name, value FROM META_DATA_CAPTURE"):
-            value = str(value or "")
+            name, value = str(name), str(value or "")  # untyped columns may hold integers
             if "ENVIRONMENT_VARIABLE" in name:
                 env_lines.append(value)
             elif name.endswith("USER_NAME"):
@@ -214,7 +275,7 @@ def _scrubber(users: set[str], hosts: set[str]):
             return text
         if text in short:
             return short[text]
-        text = replace_identifiers(shorten_paths(text))
+        text = replace_identifiers(shorten_paths(URL.sub("<url>", text)))  # a URL whole, before its path
         for pat, mark in pats:
             text = pat.sub(mark, text)
         return text
@@ -369,12 +430,13 @@ def _flagger(users: set[str], hosts: set[str]):
     """text → the kind of identifying thing it holds (see ``identifying``), or None."""
     names = [(re.compile(rf"(?<![\w.-]){re.escape(t)}(?![\w-])"), kind)
              for group, kind in ((users, "user name"), (hosts, "host name")) for t in group if len(t) >= MIN_TOKEN]
-    patterns = [(PATH_DIRS, "path"), *((p, mark.strip("<>")) for mark, p in IDENTIFIERS), *names]
+    patterns = [*((p, mark.strip("<>")) for mark, p in IDENTIFIERS), *names]
 
     def flag(text):
         if not isinstance(text, str) or not text:
             return None
         if "\0" in text and any(ENV_ASSIGNMENT.match(part) for part in text.split("\0")):
             return "environment"
-        return next((kind for pattern, kind in patterns if pattern.search(text)), None)
+        found = next((kind for pattern, kind in patterns if next(_matches(pattern, text), None)), None)
+        return found or ("path" if personal_path(text) else None)
     return flag

@@ -48,8 +48,8 @@ def pid_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
     return np.asarray(global_tid, dtype=np.int64) & PROCESS_MASK
 
 
-def fetch_int_frame(conn: sqlite3.Connection, sql: str, columns: list[str], count_sql: str) -> pd.DataFrame:
-    """Run ``sql`` (integer columns only, no NULLs) into one preallocated int64 block, in chunks.
+def fetch_int_frame(conn: sqlite3.Connection, sql: str, columns: list[str], count_sql: str, table: str) -> pd.DataFrame:
+    """Run ``sql`` (integer columns only, no NULLs, of ``table``) into one preallocated int64 block, in chunks.
 
     ``count_sql`` gives the row count so memory is allocated once: 8 bytes x columns x rows.
     """
@@ -67,7 +67,7 @@ def fetch_int_frame(conn: sqlite3.Connection, sql: str, columns: list[str], coun
                 itertools.chain.from_iterable(rows[:k]), dtype=np.int64, count=k * len(columns)
             ).reshape(k, len(columns))
         except (TypeError, ValueError, OverflowError):
-            raise InputError(f"non-integer values where nsys writes integers ({', '.join(columns)}): "
+            raise InputError(f"{table}: non-integer values where nsys writes integers ({', '.join(columns)}): "
                              "the export is corrupted") from None
         filled += k
     return pd.DataFrame(out[:filled], columns=columns, copy=False)
@@ -114,7 +114,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     select = ", ".join(exprs.values())
     if not COLUMNAR:
         frame = fetch_int_frame(conn, f'SELECT {select} FROM "{table}" WHERE {where}', names,
-                                f'SELECT count(*) FROM "{table}" WHERE {where}')
+                                f'SELECT count(*) FROM "{table}" WHERE {where}', table)
         check_summable(frame, table)
         return frame
     chunk_rows = chunk_rows or CHUNK_ROWS
@@ -159,7 +159,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
         cols = [got[name] for name in names]
         if any(x is None for x in cols):
             rows = fetch_int_frame(c, f'SELECT {select} FROM "{table}" WHERE {scopes[j]}({where})', names,
-                                   f'SELECT count(*) FROM "{table}" WHERE {scopes[j]}({where})')
+                                   f'SELECT count(*) FROM "{table}" WHERE {scopes[j]}({where})', table)
             cols = [rows[name].to_numpy() for name in names]
         with lock:  # copy finished chunks in order
             pending[j] = cols
@@ -205,7 +205,8 @@ SUMMABLE_MAX = 1 << 62
 
 def check_summable(frame: pd.DataFrame, table: str) -> None:
     """Raise InputError when int64 sums over ``frame`` could wrap: timestamps (``start``, ``end``)
-    beyond ±2**62, or durations or ``bytes`` whose absolute total reaches 2**62 (corrupted values).
+    beyond ±2**62, or durations or ``bytes`` whose absolute total reaches 2**62 (corrupted values);
+    and when an interval ends before it starts (a negative duration would make every sum nonsense).
     The totals are only computed when rows × largest value could reach the bound."""
     n = len(frame)
     if n == 0:
@@ -217,6 +218,10 @@ def check_summable(frame: pd.DataFrame, table: str) -> None:
             lo[c], hi[c] = int(values.min()), int(values.max())
     if any(lo[c] < -SUMMABLE_MAX or hi[c] > SUMMABLE_MAX for c in ("start", "end") if c in lo):
         raise InputError(f"{table}: timestamps beyond ±2**62 ns (the export is corrupted)")
+    if "start" in lo and "end" in lo:
+        backwards = int(np.count_nonzero(frame["end"].to_numpy() < frame["start"].to_numpy()))
+        if backwards:
+            raise InputError(f"{table}: {backwards} row(s) end before they start (the export is corrupted)")
     totals = {}
     if "start" in lo and "end" in lo and n * (hi["end"] - lo["start"]) >= SUMMABLE_MAX:
         ends, starts = frame["end"].to_numpy(), frame["start"].to_numpy()
