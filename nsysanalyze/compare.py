@@ -308,7 +308,8 @@ def scope_windows(report: dict) -> dict[int, tuple[str, float]]:
 def realized_ns(finding: dict, base: dict, new: dict) -> float | None:
     """How much shorter NEW's window is than BASE's on the finding's device (ns): what the fix delivered,
     when both windows have the same scope (step medians or whole captures); None otherwise."""
-    b, n = scope_windows(base).get(int(finding["deviceId"])), scope_windows(new).get(int(finding["deviceId"]))
+    device = finding.get("deviceId")
+    b, n = scope_windows(base).get(device), scope_windows(new).get(device)
     if b is None or n is None or b[0] != n[0]:
         return None
     return b[1] - n[1]

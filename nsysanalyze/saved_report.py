@@ -54,6 +54,10 @@ class Optional:
     spec: object
 
 
+def _bool(x) -> bool:
+    return isinstance(x, bool)
+
+
 def _severity(x) -> bool:
     return x in SEVERITIES
 
@@ -68,7 +72,7 @@ def _scalars(x) -> bool:
 
 
 TYPE_NAMES = {_number: "a finite number (at most 2**63 in magnitude)", _int: "an integer (at most 2**63)",
-              _str: "a string", _severity: f"one of {SEVERITIES}",
+              _str: "a string", _bool: "a boolean", _severity: f"one of {SEVERITIES}",
               _scalars: "an object of numbers, strings, booleans or nulls"}
 
 
@@ -99,6 +103,13 @@ REPORT = {
                           "per_step_ns": _opt(_number)}]),
     "findings": [{"rule": _str, "title": _str, "severity": _severity, "confidence": _number, "gain_ns": _opt(_number),
                   "gain_pct": _number, "evidence": _scalars, "fix": _str, "snippet": _str}],
+    "gaps": Optional([{"globalPid": _int, "deviceId": _int, "cause_kind": _str, "cause": _str, "ns": _number,
+                       "before_launch_ns": _number, "after_sync_ns": _number}]),
+    "ledger": Optional([{"globalPid": _int, "deviceId": _int, "scope": _str, "window_ns": _number,
+                         "after_fixes_ns": _number, "combined_gain_ns": _number,
+                         "rows": [{"kind": _str, "what": _str, "cause": _str, "before_launch": _bool,
+                                   "after_sync": _bool, "short_gap": _bool, "ns": _number,
+                                   "claimed_by": _opt(_str)}]}]),
 }
 
 

@@ -503,7 +503,7 @@ def test_fuzz_interval_shapes(kernels, shuffled, tmp_path_factory):
     or one line naming the file and the table."""
     from tiny import TinyTrace
 
-    from nsysanalyze.analysis import report
+    from nsysanalyze.render.contract import report_of as report
     from nsysanalyze.errors import InputError
 
     path = tmp_path_factory.mktemp("iv") / "k.sqlite"

@@ -59,7 +59,7 @@ def unfused_optimizer(ev: Evidence) -> Finding | None:
     ledger = ev.ledger
     rows = ledger.idle(causes=OPTIMIZER_RANGE)
     ns, short = ledger.ns(rows), ledger.ns(rows & ledger.idle(short_gap=True))
-    if ns < OPTIMIZER_SHARE * ev.window_ns or short < SHORT_GAP_SHARE * ns:
+    if not ns or ns < OPTIMIZER_SHARE * ev.window_ns or short < SHORT_GAP_SHARE * ns:
         return None
     fix, snippet = pick(OPTIMIZER_FIX, ev.framework)
     return make_finding(

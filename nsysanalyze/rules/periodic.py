@@ -38,7 +38,7 @@ PERIODIC_FIX = {
 def periodic_stall(ev: Evidence) -> Finding | None:
     f = ev.facts
     excess, stalls = f.get("stall_excess_ns", 0.0), f.get("stall_steps", 0.0)
-    if ev.per != "step" or not stalls or excess < MIN_SHARE * ev.window_ns:
+    if ev.per != "step" or not stalls or excess <= 0 or excess < MIN_SHARE * ev.window_ns:
         return None
     loader = f.get("stall_before_launch_share", 0.0) >= LOADER_SHARE and loads_data(ev)
     fix, snippet = pick(RESTART_FIX if loader else PERIODIC_FIX, ev.framework)

@@ -57,8 +57,10 @@ SECRET_TOKEN = re.compile(r"(?<![\w-])(?:(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-
 # host part, not a port or a number (--master_port 29500, --nnodes 2 stay).
 HOST_OPTION = re.compile(r"(?i)(?<![\w-])(--?[\w-]*(?:addr|address|host|hostname|endpoint|server|nodelist|"
                          r"master|rdzv|coordinator)[\w-]*(?:=|\s+))(?![\d.]+(?![\w-]))(?!<)[\w.\[\],-]+")
-# A SLURM node list (gpu-node-[01-04,07]).
-NODE_LIST = re.compile(r"(?<![\w-])[A-Za-z][\w-]*\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\](?=[^\w]|$)")
+# A SLURM node list (gpu-node-[01-04,07], nid[001-004]: a range or a list in the brackets); not an index
+# (args[0], p[2][1]) nor an XLA array shape (u32[2048,10]{1,0}, bf16[8,128]).
+NODE_LIST = re.compile(r"(?<![\w-])(?!(?:[sfuc]\d+|bf16|pred)\[)[A-Za-z][\w-]*\[(?=[\d,-]*[-,])\d+(?:-\d+)?"
+                       r"(?:,\d+(?:-\d+)?)*\](?=[^\w{[]|$)")
 IP_ADDRESS = re.compile(r"(?<![\w./])(?:\d{1,3}\.){3}\d{1,3}(?![\w.-])|(?i:(?<![\w:])(?:[0-9a-f]{1,4}:){7}"
                         r"[0-9a-f]{1,4}(?![\w:])|(?<![\w:])(?:[0-9a-f]{1,4}:){1,6}:"
                         r"(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:]))")
