@@ -12,7 +12,7 @@ PYTORCH_WORDS = ("torch", "DataLoader", "DDP(")
 FRAMEWORK = {
     "sc23-openmp-tutorial__report3.sqlite": "openmp",
     "pipit__perlmutter-cloverleaf-cuda.sqlite": "cuda",
-    "nsightful__power_iteration__baseline.sqlite": "python",
+    "nsightful__power_iteration__baseline.sqlite": "cupy",   # cupy_* kernels, CuPy's modules in the strings
     "nsys-ai__mfu_2gpu_after.sqlite": "pytorch",
     "casio__nerf_output-file.sqlite": "tensorflow",
     "MohanadOdema__w_Relu_nsys_profile.sqlite": "pytorch",
@@ -23,6 +23,10 @@ FRAMEWORK = {
     "kamalchowdhury326__report1.sqlite": "cuda",
     "quasiben__multiprocessing.sqlite": "unknown",
     "bwyogatama__report1.sqlite": "cuda",
+    "ayush__vecadd_launchbound_v3.sqlite": "cuda",
+    "gartangh__flux_darknet19.sqlite": "julia",          # CUDA.jl's ptxcall_* kernels
+    "abacus__resnet101_streams_report1.sqlite": "pytorch",
+    "stellawava__wsl_report1.sqlite": "unknown",          # no CUDA tables at all
 }
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .format import (STEP_COLUMNS, code_fence, device_label, evidence_pairs, gain_text, headlines, keeping_snippets,
-                     ms, pct, step_cells, subrange_table, summary_cells)
+                     ms, nsys_versions, pct, step_cells, subrange_table, summary_cells)
 from .sanitize import code_span, for_markdown
 
 
@@ -39,7 +39,7 @@ def render(report: dict, sections=("summary", "steps", "findings"), top: int | N
     report = keeping_snippets(report, for_markdown)  # trace strings shown literally, never as markdown
     t = report["trace"]
     out = [f"## nsysanalyze: {code_span(t['path'])}", "",
-           f"nsys {t['nsys_version'] or '?'} (schema {t['schema_version'] or '?'}), "
+           f"{nsys_versions(t)} (schema {t['schema_version'] or '?'}), "
            f"{len(t['processes'])} process(es), {len(t['devices'])} GPU(s)"
            + (f", step range {code_span(t['step_family'])}" if t.get("step_family") else ""), ""]
     for head, nxt in headlines(report):
