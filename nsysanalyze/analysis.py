@@ -197,7 +197,7 @@ class Analysis:
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
-        self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
+        self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
         # streams and correlationIds are done with (the steps are projected)
         kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
@@ -351,9 +351,19 @@ class Analysis:
         per = M.htod_on_kernel_streams(self._kernels, self._memcpys)
         return dict(zip(zip(per["globalPid"].astype(int), per["deviceId"].astype(int)), per["htod_on_kernel_streams_fraction"]))
 
+    @cached_property
+    def _nccl_streams(self) -> dict[tuple[int, int], tuple[float, int]]:
+        """(globalPid, deviceId) -> (share of its NCCL kernel time on compute streams, that stream; -1: none)."""
+        per = M.nccl_on_compute_streams(self._kernels, self.trace.nccl_kernel_name_ids)
+        return {(int(p), int(d)): (float(f), int(s)) for p, d, f, s in
+                zip(per["globalPid"], per["deviceId"], per["nccl_on_compute_stream_fraction"], per["nccl_compute_stream"])}
+
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
-        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy)."""
-        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan")))}
+        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy);
+        the share of NCCL kernel time on streams that also run compute kernels, and that stream (NaN, -1: none)."""
+        nccl_share, nccl_stream = self._nccl_streams.get((pid, dev), (float("nan"), -1))
+        return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan"))),
+                "nccl_on_compute_stream_fraction": nccl_share, "nccl_compute_stream": float(nccl_stream)}
 
     def findings(self) -> list[Finding]:
         return list(self._findings)

@@ -13,6 +13,7 @@ communication buckets (copyKind 8, the same GPU; +1.23 GB per step for ViT-L/32)
 from __future__ import annotations
 
 from . import Evidence, Finding, make_finding
+from .collectives import one_collective
 
 GRAD_COPY_BYTES = 64e6      # DtoD bytes per step that look like DDP's gradient bucket copies
 GRAD_COPY_SHARE = 0.02      # ...when they also take this share of the step
@@ -24,9 +25,10 @@ NVLINK_CLASS_BPS = 100e9    # achieved all-reduce bandwidth below this is not NV
 
 
 def pytorch(rule):
-    """Run ``rule`` only on PyTorch traces (DDP knobs mean nothing elsewhere)."""
+    """Run ``rule`` only on PyTorch traces (DDP knobs mean nothing elsewhere) that hold more than one
+    collective (a capture of one call is not a training step: collectives.single_collective_capture)."""
     def guarded(ev: Evidence) -> Finding | None:
-        return rule(ev) if ev.framework == "pytorch" else None
+        return rule(ev) if ev.framework == "pytorch" and not one_collective(ev) else None
     guarded.__name__, guarded.__doc__ = rule.__name__, rule.__doc__
     return guarded
 
