@@ -19,7 +19,7 @@ Each rank's ``wait_ns`` is the time its step spends waiting for the others: its 
 beyond the least of any rank (the transfer itself), plus the GPU idle its host spends in OS waits
 (``pthread_cond_wait``, futex, poll …: a gloo or MPI all-reduce inside the backward). Its
 ``own_cause``/``own_cause_ns`` is its largest cause that is not a wait: host work before the step's
-first launch, or its top idle cause (attribution). The straggler is the rank that waits least while
+first launch (when it is at least ``BEFORE_LAUNCH_SHARE`` of its top idle cause), else that top cause. The straggler is the rank that waits least while
 the others wait about as long as its own cause takes (within ``CAUSE_MATCH`` times), the gap being
 above the noise; then ``straggler_cause`` names it, ``others_wait_ns`` is the others' median wait and
 ``straggler_next`` its top finding (the job's next step).
@@ -53,6 +53,7 @@ SAME_LAUNCH_NS = 5_000_000_000
 MAX_START_GAP_NS = 120_000_000_000
 CAUSE_MATCH = 2.0   # the others' wait is "about as long" as the straggler's own cause within this factor
 BEFORE_LAUNCH = "host work before the first launch"
+BEFORE_LAUNCH_SHARE = 0.5  # idle before the first launch this share of the top cause names the step's preparation
 WAIT_KIND = "os_wait"  # attribution's cause kind of host waits (pthread_cond_wait, futex, poll, ...)
 
 
@@ -80,7 +81,7 @@ def _host_causes(report: dict) -> dict[tuple[int, int], tuple[float, str, float]
         own = g[~waits]
         before = float(own["before_launch_ns"].sum())
         top = own.loc[own["ns"].idxmax()] if len(own) else None
-        cause, ns = ((BEFORE_LAUNCH, before) if top is None or before >= float(top["ns"])
+        cause, ns = ((BEFORE_LAUNCH, before) if top is None or before >= BEFORE_LAUNCH_SHARE * float(top["ns"])
                      else (str(top["cause"]), float(top["ns"])))
         out[(int(pid), int(dev))] = (float(g.loc[waits, "ns"].sum()), cause, ns)
     return out

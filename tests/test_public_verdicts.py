@@ -21,7 +21,7 @@ FRAMEWORK = {
     "nvfuser__report1.sqlite": "pytorch",
     "unschlagbar__prof.sqlite": "cuda",
     "kamalchowdhury326__report1.sqlite": "cuda",
-    "quasiben__multiprocessing.sqlite": "unknown",
+    "quasiben__multiprocessing.sqlite": "python",  # no PROCESSES table: its threads are named python
     "bwyogatama__report1.sqlite": "cuda",
     "ayush__vecadd_launchbound_v3.sqlite": "cuda",
     "gartangh__flux_darknet19.sqlite": "julia",          # CUDA.jl's ptxcall_* kernels
