@@ -132,19 +132,16 @@ def fsdp_collectives(ev: Evidence) -> Finding | None:
                 "nccl_allgather_exposed_ns": ev.get("nccl_allgather_exposed_ns"),
                 "nccl_reducescatter_exposed_ns": ev.get("nccl_reducescatter_exposed_ns")}
     _, stream = _stream_words(ev)
-    if not fsdp_pattern(ev):
-        fix, snippet = pick(SHARD_FIX, ev.framework)
-        return make_finding(
-            ev, "shard-collective-exposed",
-            f"{ev.get('nccl_allgather_count'):.0f} all-gather and {ev.get('nccl_reducescatter_count'):.0f} "
-            f"reduce-scatter kernel(s) per {ev.per}{stream}, {exposed / 1e6:.1f} ms exposed",
-            confidence=0.5, gain_ns=exposed * 0.5, evidence=evidence, fix=fix, snippet=snippet)
-    fix, snippet = pick(FSDP_FIX, ev.framework)
-    return make_finding(
-        ev, "fsdp-collectives",
-        f"{count:.0f} all-gather/reduce-scatter kernels per {ev.per}{stream} (FSDP's per-layer pattern), "
-        f"{exposed / 1e6:.1f} ms exposed",
-        confidence=0.6, gain_ns=exposed * 0.5, evidence=evidence, fix=fix, snippet=snippet)
+    if fsdp_pattern(ev):
+        rule, table, confidence = "fsdp-collectives", FSDP_FIX, 0.6
+        title = f"{count:.0f} all-gather/reduce-scatter kernels per {ev.per}{stream} (FSDP's per-layer pattern)"
+    else:
+        rule, table, confidence = "shard-collective-exposed", SHARD_FIX, 0.5
+        title = (f"{ev.get('nccl_allgather_count'):.0f} all-gather and {ev.get('nccl_reducescatter_count'):.0f} "
+                 f"reduce-scatter kernel(s) per {ev.per}{stream}")
+    fix, snippet = pick(table, ev.framework)
+    return make_finding(ev, rule, f"{title}, {exposed / 1e6:.1f} ms exposed", confidence=confidence,
+                        gain_ns=exposed * 0.5, evidence=evidence, fix=fix, snippet=snippet)
 
 
 def alltoall_note(ev: Evidence) -> Finding | None:
