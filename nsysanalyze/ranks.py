@@ -19,9 +19,9 @@ Each rank's ``wait_ns`` is the time its step spends waiting for the others: its 
 beyond the least of any rank (the transfer itself), plus the GPU idle its host spends in OS waits
 (``pthread_cond_wait``, futex, poll …: a gloo or MPI all-reduce inside the backward). Its
 ``own_cause``/``own_cause_ns`` is its largest cause that is not a wait: host work before the step's
-first launch (when it is at least ``BEFORE_LAUNCH_SHARE`` of its top idle cause), else that top cause. The straggler is the rank that waits least while
-the others wait about as long as its own cause takes (within ``CAUSE_MATCH`` times), the gap being
-above the noise; then ``straggler_cause`` names it, ``others_wait_ns`` is the others' median wait and
+first launch (when it is at least ``BEFORE_LAUNCH_SHARE`` of its top idle cause), else that top
+cause. The straggler is the rank that waits least while the others wait about as long as its own
+cause takes (within ``CAUSE_MATCH`` times), the gap being above the noise; then ``straggler_cause`` names it, ``others_wait_ns`` is the others' median wait and
 ``straggler_next`` its top finding (the job's next step).
 
 Noise: a spread (step time, NCCL time) names a slowest rank or a straggler only when it is at least
@@ -71,20 +71,24 @@ def _value(device: dict, step_key: str, capture_key: str):
 
 
 def _host_causes(report: dict) -> dict[tuple[int, int], tuple[float, str, float]]:
-    """(globalPid, deviceId) -> (GPU idle ns in host waits, the largest other cause, its ns), from the
-    report's idle-gap attribution (per steady-step medians, or the capture)."""
-    gaps = pd.DataFrame(report.get("gaps") or [], columns=["globalPid", "deviceId", "cause_kind", "cause", "ns",
-                                                           "before_launch_ns"])
-    out = {}
-    for (pid, dev), g in gaps.groupby(["globalPid", "deviceId"]):
-        waits = g["cause_kind"] == WAIT_KIND
-        own = g[~waits]
-        before = float(own["before_launch_ns"].sum())
-        top = own.loc[own["ns"].idxmax()] if len(own) else None
-        cause, ns = ((BEFORE_LAUNCH, before) if top is None or before >= BEFORE_LAUNCH_SHARE * float(top["ns"])
-                     else (str(top["cause"]), float(top["ns"])))
-        out[(int(pid), int(dev))] = (float(g.loc[waits, "ns"].sum()), cause, ns)
-    return out
+    """(globalPid, deviceId) -> (GPU idle ns in host waits, its largest other cause, that cause's ns), from the
+    report's idle-gap attribution (per steady-step medians, or the capture); all devices grouped at once."""
+    key = ["globalPid", "deviceId"]
+    gaps = pd.DataFrame(report.get("gaps") or [], columns=[*key, "cause_kind", "cause", "ns", "before_launch_ns"])
+    if gaps.empty:
+        return {}
+    waits = (gaps["cause_kind"] == WAIT_KIND).to_numpy()
+    wait_ns = gaps.assign(ns=np.where(waits, gaps["ns"], 0.0)).groupby(key)["ns"].sum()
+    own = gaps[~waits]
+    before = own.groupby(key)["before_launch_ns"].sum().reindex(wait_ns.index, fill_value=0.0)
+    top = own.sort_values("ns", ascending=False, kind="stable").drop_duplicates(key).set_index(key)
+    top = top.reindex(wait_ns.index)
+    top_ns = top["ns"].fillna(0.0).to_numpy()
+    by_before = before.to_numpy() >= BEFORE_LAUNCH_SHARE * top_ns
+    causes = np.where(by_before, BEFORE_LAUNCH, top["cause"].astype(object).to_numpy())
+    cause_ns = np.where(by_before, before.to_numpy(), top_ns)
+    return {(int(p), int(d)): (float(w), str(c), float(n))
+            for (p, d), w, c, n in zip(wait_ns.index, wait_ns.to_numpy(), causes, cause_ns)}
 
 
 def _device_rows(reports: list[dict]) -> pd.DataFrame:
