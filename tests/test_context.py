@@ -273,3 +273,22 @@ def test_nccl_on_compute_streams_metric():
                       "start": [0, 10, 30, 40], "end": [10, 14, 32, 42]})
     out = nccl_on_compute_streams(k, [2]).iloc[0]
     assert out["nccl_on_compute_stream_fraction"] == 6 / 8 and out["nccl_compute_stream"] == 7
+
+
+def test_allreduce_through_host_memory_is_a_finding_of_its_own():
+    """25 MB of gradients out and 25 MB back per step, no NCCL kernel, 40 ms of GPU idle in host waits:
+    the gain is that wait (what an all-reduce on the GPUs would no longer leave idle, at most)."""
+    from nsysanalyze.rules import ddp
+
+    def make(**m):
+        return Evidence(globalPid=1, deviceId=0, scope="step median",
+                        m={"window_ns": 100 * MS, "dtoh_bytes": 25e6, "htod_bytes": 25.3e6, **m},
+                        gaps=pd.DataFrame({"cause_kind": ["os_wait"], "cause": ["pthread_cond_wait"], "ns": [40.0 * MS],
+                                           "before_launch_ns": [0.0], "after_sync_ns": [0.0], "short_gap_ns": [0.0],
+                                           "short_after_sync_ns": [0.0]}), framework="pytorch")
+    f = ddp.host_allreduce(make())
+    assert f.rule == "allreduce-through-host" and f.gain_ns == 40 * MS and 'init_process_group("nccl")' in f.snippet
+    assert ddp.host_allreduce(make(nccl_count=4)) is None           # NCCL does the reduction
+    assert ddp.host_allreduce(make(htod_bytes=200e6)) is None       # an input upload, not gradients coming back
+    plain = ddp.host_allreduce(Evidence(**{**make().__dict__, "framework": "cuda"}))
+    assert plain.snippet == "" and "CUDA-aware MPI" in plain.fix
