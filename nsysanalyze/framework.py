@@ -11,7 +11,7 @@ Clues, strongest first:
 3. library paths in the string table (OS-runtime callchains and loaded modules: ``libtorch``,
    ``jaxlib``, ``libtensorflow``, ``cupy/_core``, ``numba/``, ``libjulia``, ``libmpi``);
 4. the profiled processes' names and commands and their threads' names (``python``, ``torchrun``,
-   PyTorch's ``pt_autograd_*`` threads, ``julia``; ``mpirun``/``srun``), then CPython's own modules in
+   PyTorch's ``pt_autograd_*`` threads, JAX's ``XlaLauncher``/``py_xla_*`` threads, ``julia``; ``mpirun``/``srun``), then CPython's own modules in
    the string table (``libpython3.*``, ``*.cpython-3*.so``): a Python program whose process name is
    missing is still Python.
 
@@ -41,6 +41,7 @@ KERNEL_CLUES = [  # (framework, SQL LIKE pattern on the string table; '_' matche
     ("jax", "%xla::%"),
     ("jax", "loop_%_fusion%"),    # XLA:GPU kernel names (loop_add_fusion, input_reduce_fusion)
     ("jax", "input_%_fusion%"),
+    ("jax", "gemm_fusion_dot%"),  # XLA:GPU's cuBLAS/Triton GEMM fusions
     ("cupy", "cupy_%"),           # CuPy's elementwise/reduction kernels (cupy_multiply__float64_...)
     ("numba", "%cudapy%"),        # Numba's kernel mangling (_ZN6cudapy8__main__...)
     ("julia", "ptxcall_%"),       # CUDA.jl kernels
@@ -59,6 +60,7 @@ CPYTHON_CLUES = ["%/libpython3%", "%.cpython-3%.so%"]  # CPython's own modules
 MPI_LIBRARY_CLUES = ["%/libmpi.so%", "%/libmpi_%", "%/libmpich%"]
 PYTHON = re.compile(r"(^|[/\s])(python[\d.]*|ipython|jupyter\S*|torchrun|accelerate|deepspeed)(\s|$)", re.IGNORECASE)
 PYTORCH_THREAD = re.compile(r"^pt_(autograd|data|main)", re.IGNORECASE)  # pt_autograd_0, pt_data_pin
+XLA_THREAD = re.compile(r"^(XlaLauncher|py_xla_)")  # JAX's XLA runtime threads (XlaLauncher:#global=0..., py_xla_callback)
 JULIA = re.compile(r"(^|[/\s])julia(\s|$)", re.IGNORECASE)
 MPI = re.compile(r"(^|[/\s])(mpirun|mpiexec|srun|orterun|prterun|jsrun|aprun)(\s|$)", re.IGNORECASE)
 MPI_DOMAIN = re.compile(r"^MPI\b", re.IGNORECASE)
@@ -100,8 +102,10 @@ def detect(has_string: Callable[[str], bool], commands: list[str], gpu_work: boo
     if python:
         clues.append(f"python process {python[0]!r}")
     pytorch_threads = [t for t in threads if PYTORCH_THREAD.match(t)]
-    if found is None and pytorch_threads:
-        found = ("pytorch", f"PyTorch thread {pytorch_threads[0]!r}")
+    xla_threads = [t for t in threads if XLA_THREAD.match(t)]
+    if found is None and (pytorch_threads or xla_threads):
+        found = (("pytorch", f"PyTorch thread {pytorch_threads[0]!r}") if pytorch_threads
+                 else ("jax", f"XLA thread {xla_threads[0]!r}"))
         clues.append(found[1])
     if found is None and not python:
         cpython = next((p for p in CPYTHON_CLUES if has_string(p)), None)

@@ -43,6 +43,7 @@ def test_thread_names_say_python_and_pytorch():
     assert F.detect(strings(), [], True, threads=["python3", "cuda-EvtHandlr"]).name == "python"
     fw = F.detect(strings(), [], True, threads=["python3", "pt_autograd_0"])
     assert fw.name == "pytorch" and "PyTorch thread 'pt_autograd_0'" in fw.clues
+    assert F.detect(strings(), [], True, threads=["python3", "XlaLauncher:#global=0,local=0#"]).name == "jax"
 
 
 def test_library_strings_and_kernel_prefixes_name_the_framework():
@@ -292,3 +293,46 @@ def test_allreduce_through_host_memory_is_a_finding_of_its_own():
     assert ddp.host_allreduce(make(htod_bytes=200e6)) is None       # an input upload, not gradients coming back
     plain = ddp.host_allreduce(Evidence(**{**make().__dict__, "framework": "cuda"}))
     assert plain.snippet == "" and "CUDA-aware MPI" in plain.fix
+
+
+# ---- the 8-rank gloo jobs (fixtures/gloo_8rank_*: 8 DDP ranks on one H200, gloo backend; skipped when absent) ----
+
+def gloo_job(variant: str) -> list[dict]:
+    """The 8 rank files of one gloo job, analyzed ('8rank': balanced; '8rank_slow': rank 3's loader spends
+    200 ms of CPU work per step)."""
+    files = [fixture_trace(f"gloo_{variant}_{r}.sqlite") for r in range(8)]
+    return [analyze_file(f) for f in files]
+
+
+@pytest.fixture(scope="module")
+def gloo_slow():
+    return gloo_job("8rank_slow")
+
+
+@pytest.fixture(scope="module")
+def gloo_balanced():
+    return gloo_job("8rank")
+
+
+def test_gloo_slow_rank_is_named_by_waiting_with_its_cause(gloo_slow):
+    assert [j["traces"] for j in ranks.jobs(gloo_slow)] == [list(range(8))]
+    view = ranks.cross_rank(gloo_slow)
+    s = view["summary"]
+    assert s["ranks"] == 8 and s["spread_ns"] < s["noise_ns"]  # every step as long as the slow rank's
+    assert s["likely_straggler"] == 3 and s["wait_kind"] == "host"
+    assert s["straggler_cause"] == ranks.BEFORE_LAUNCH and 190 * MS < s["straggler_cause_ns"] < 230 * MS
+    assert 190 * MS < s["others_wait_ns"] < 300 * MS and s["straggler_wait_ns"] < 50 * MS
+    assert s["straggler_next"]["rule"] == "dataloader-workers"
+    text = " ".join(ranks_render.verdict(view))
+    assert "Likely straggler: rank 3: host work before the first launch" in text
+    assert "Next: rank 3's dataloader-workers" in text
+
+
+def test_gloo_balanced_job_has_no_straggler_and_is_bound_by_the_host_all_reduce(gloo_balanced):
+    s = ranks.cross_rank(gloo_balanced)["summary"]
+    assert s["ranks"] == 8 and "likely_straggler" not in s and s["wait_ns_min"] > 15 * MS
+    for rep in gloo_balanced:
+        (f,) = [f for f in rep["findings"] if f["rule"] == "allreduce-through-host"]
+        # 6.3M fp32 parameters: 25 MB of gradients to the host and back per step
+        assert 24e6 < f["evidence"]["dtoh_bytes"] < 27e6 and 24e6 < f["evidence"]["htod_bytes"] < 27e6
+        assert rep["trace"]["framework"] == "pytorch"
