@@ -184,6 +184,7 @@ def test_the_rank_that_waits_least_is_the_straggler_with_its_own_cause(resnet):
     assert ("Likely straggler: rank 5: host work before the first launch, 210.0 ms per step; the other ranks wait "
             "250.0 ms in host waits (the all-reduce)") in " ".join(lines)
     assert any(line.startswith("Next: rank 5's ") for line in lines)
+    assert ranks_render.rank_findings(view, reports)[0]["rule"] == s["straggler_next"]["rule"]
 
 
 def test_balanced_waits_name_no_straggler(resnet):

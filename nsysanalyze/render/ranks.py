@@ -29,14 +29,17 @@ def _findings_by_rank(view: dict, reports: list[dict]) -> list[tuple[int, dict]]
 
 
 def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
-    """Findings of every rank, one per rule (its largest), largest gain first; ``ranks`` lists where it was found."""
+    """Findings of every rank, one per rule (its largest), largest gain first — the straggler's top finding
+    first when a straggler by waiting is named (the others' waits are waits for it); ``ranks`` lists where
+    each was found."""
     by_rule: dict[str, dict] = {}
     for rank, f in _findings_by_rank(view, reports):
         kept = by_rule.setdefault(f["rule"], {**f, "ranks": []})
         if f["gain_ns"] > kept["gain_ns"]:
             by_rule[f["rule"]] = kept = {**f, "ranks": kept["ranks"]}
         kept["ranks"].append(rank)
-    return sorted(by_rule.values(), key=lambda f: -f["gain_ns"])
+    first = (view["summary"].get("straggler_next") or {}).get("rule")
+    return sorted(by_rule.values(), key=lambda f: (f["rule"] != first, -f["gain_ns"]))
 
 
 def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
