@@ -416,10 +416,10 @@ class Analysis:
         threads = t.thread_names
         # the profiled processes' threads (a capture may list every thread of the host); all when no process is known
         mine = threads[pd.Series(pid_of(threads["globalTid"])).isin(pids).to_numpy()] if pids else threads
-        domains = sorted(set(t.nvtx["domain"]) - {""}) if not t.nvtx.empty else []
         present = t.patterns_present(F.STRING_PATTERNS)
+        mpi_traced = any(t.schema.has(table) for table in ("MPI_RANKS", "MPI_COLLECTIVES_EVENTS", "MPI_P2P_EVENTS"))
         return F.detect(present.__contains__, commands + names, not self._capture_windows.empty,
-                        threads=sorted(set(mine["name"].astype(str))), domains=domains)
+                        threads=sorted(set(mine["name"].astype(str))), domains=t.nvtx_domain_names, mpi_traced=mpi_traced)
 
     @cached_property
     def notes(self) -> list[str]:

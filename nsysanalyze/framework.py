@@ -7,7 +7,7 @@ Clues, strongest first:
    ``trt_``/``myelin``/``nvinfer``, XLA's ``*_fusion`` kernels → JAX/XLA, ``cupy_*`` → CuPy, Numba's
    ``cudapy`` mangling, Julia's ``ptxcall_*``);
 2. NVTX domains (``TensorRT``, ``pyprof``; ``NCCL`` and ``CCCL`` name a library, not a language;
-   an ``MPI`` domain says MPI);
+   an ``MPI`` domain, like nsys' MPI trace tables, says MPI);
 3. library paths in the string table (OS-runtime callchains and loaded modules: ``libtorch``,
    ``jaxlib``, ``libtensorflow``, ``cupy/_core``, ``numba/``, ``libjulia``, ``libmpi``);
 4. the profiled processes' names and commands and their threads' names (``python``, ``torchrun``,
@@ -88,10 +88,11 @@ def _first(has_string: Callable[[str], bool], clues: list[tuple[str, str]], what
 
 
 def detect(has_string: Callable[[str], bool], commands: list[str], gpu_work: bool,
-           threads: list[str] = (), domains: list[str] = ()) -> Framework:
+           threads: list[str] = (), domains: list[str] = (), mpi_traced: bool = False) -> Framework:
     """Framework of the profiled program: ``has_string(pattern)`` asks the export's strings (SQL LIKE),
     ``commands`` are the profiled processes' names and command lines, ``threads`` their threads' names,
-    ``domains`` the NVTX domains they used, ``gpu_work`` whether they ran any."""
+    ``domains`` the NVTX domains they used, ``gpu_work`` whether they ran any, ``mpi_traced`` whether
+    the export holds nsys' MPI trace tables (``--trace=mpi``)."""
     found = _first(has_string, KERNEL_CLUES, "strings")
     if found is None:
         found = next(((NVTX_DOMAIN_CLUES[d], f"NVTX domain {d!r}") for d in domains if d in NVTX_DOMAIN_CLUES), None)
@@ -115,7 +116,7 @@ def detect(has_string: Callable[[str], bool], commands: list[str], gpu_work: boo
     if found is None and any(JULIA.search(c) for c in [*commands, *threads]):
         found = ("julia", "julia process")
         clues.append(found[1])
-    mpi_clue = ("MPI launcher" if any(MPI.search(c) for c in commands) else
+    mpi_clue = ("MPI launcher" if any(MPI.search(c) for c in commands) else "MPI trace" if mpi_traced else
                 next((f"NVTX domain {d!r}" for d in domains if MPI_DOMAIN.match(d)), None) or
                 next((f"library like {p!r}" for p in MPI_LIBRARY_CLUES if has_string(p)), None))
     if mpi_clue:

@@ -15,9 +15,10 @@ separate files; ``offset_ns`` is that start relative to the earliest rank.
 
 Stragglers by waiting: in synchronous data-parallel training every rank's step has the same length
 — the all-reduce holds the fast ranks until the slow one arrives — so step times hide the straggler.
-Each rank's ``wait_ns`` is the time its step spends waiting for the others: its NCCL kernel time
-beyond the least of any rank (the transfer itself), plus the GPU idle its host spends in OS waits
-(``pthread_cond_wait``, futex, poll …: a gloo or MPI all-reduce inside the backward). Its
+Each rank's ``wait_ns`` is the time its step spends waiting for the others beyond the collective
+itself (the least of any rank): its NCCL kernel time beyond the least rank's, plus its host waits
+(``host_wait_ns``: GPU idle while its host is in OS waits — ``pthread_cond_wait``, futex, poll …: a
+gloo all-reduce inside the backward — or in MPI calls) beyond the least rank's. Its
 ``own_cause``/``own_cause_ns`` is its largest cause that is not a wait: host work before the step's
 first launch (when it is at least ``BEFORE_LAUNCH_SHARE`` of its top idle cause), else that top
 cause. The straggler is the rank that waits least while the others wait about as long as its own
@@ -54,7 +55,9 @@ MAX_START_GAP_NS = 120_000_000_000
 CAUSE_MATCH = 2.0   # the others' wait is "about as long" as the straggler's own cause within this factor
 BEFORE_LAUNCH = "host work before the first launch"
 BEFORE_LAUNCH_SHARE = 0.5  # idle before the first launch this share of the top cause names the step's preparation
-WAIT_KIND = "os_wait"  # attribution's cause kind of host waits (pthread_cond_wait, futex, poll, ...)
+# attribution rows that are host waits: OS waits (pthread_cond_wait, futex, poll, ...) and MPI calls
+WAIT_KINDS = ("os_wait", "mpi")
+MPI_CALL = r"^MPI_"
 
 
 def _file_order(reports: list[dict]) -> list[int]:
@@ -77,7 +80,7 @@ def _host_causes(report: dict) -> dict[tuple[int, int], tuple[float, str, float]
     gaps = pd.DataFrame(report.get("gaps") or [], columns=[*key, "cause_kind", "cause", "ns", "before_launch_ns"])
     if gaps.empty:
         return {}
-    waits = (gaps["cause_kind"] == WAIT_KIND).to_numpy()
+    waits = (gaps["cause_kind"].isin(WAIT_KINDS) | gaps["cause"].astype(str).str.contains(MPI_CALL)).to_numpy()
     wait_ns = gaps.assign(ns=np.where(waits, gaps["ns"], 0.0)).groupby(key)["ns"].sum()
     own = gaps[~waits]
     before = own.groupby(key)["before_launch_ns"].sum().reindex(wait_ns.index, fill_value=0.0)
@@ -145,7 +148,8 @@ def rank_table(reports: list[dict]) -> pd.DataFrame:
                               for t, p, devs, many in zip(frame["trace"], frame["pid"], frame["devices"], several_per_report)])
     frame["label"] = frame["label"].str.strip()
     nccl = pd.to_numeric(frame["nccl_ns"], errors="coerce").fillna(0.0).astype(float)
-    frame["wait_ns"] = (nccl - nccl.min() if len(frame) else nccl) + frame["host_wait_ns"].astype(float)
+    host = frame["host_wait_ns"].astype(float)
+    frame["wait_ns"] = (nccl - nccl.min() + host - host.min()) if len(frame) else nccl + host
     starts = pd.to_numeric(frame["start_utc_ns"], errors="coerce")
     frame["offset_ns"] = (starts - starts.min()) if starts.notna().all() and len(frame) else None
     return frame[RANK_COLUMNS + ["report"]]
@@ -276,7 +280,8 @@ def waiting_straggler(ranks: pd.DataFrame, noise: float) -> dict:
     own = float(ranks["own_cause_ns"].iloc[k] or 0.0)
     if others - wait[k] < noise or not own or not 1 / CAUSE_MATCH <= own / others <= CAUSE_MATCH:
         return {}
-    nccl_wait = others - float(np.median(np.delete(ranks["host_wait_ns"].astype(float).to_numpy(), k)))
+    host = ranks["host_wait_ns"].astype(float).to_numpy()
+    nccl_wait = others - float(np.median(np.delete(host - host.min(), k)))
     return {"likely_straggler": int(ranks["rank"].iloc[k]),
             "straggler_reason": "waits least while the others wait for it about as long as its own cause takes",
             "straggler_cause": ranks["own_cause"].iloc[k], "straggler_cause_ns": own,

@@ -58,6 +58,7 @@ def test_library_strings_and_kernel_prefixes_name_the_framework():
 
 def test_mpi_from_its_domain_and_its_library():
     assert F.detect(strings(), [], True, domains=["MPI"]).mpi
+    assert F.detect(strings(), [], True, mpi_traced=True).clues == ["MPI trace"]
     fw = F.detect(strings("%/libmpi.so%"), [], True)
     assert fw.mpi and fw.name == "cuda" and "library like '%/libmpi.so%'" in fw.clues
     assert not F.detect(strings(), ["./heat"], True).mpi
@@ -188,9 +189,10 @@ def test_the_rank_that_waits_least_is_the_straggler_with_its_own_cause(resnet):
 
 
 def test_balanced_waits_name_no_straggler(resnet):
+    """Every rank waits 250 ms in the host all-reduce: that is the collective itself, nobody waits for anybody."""
     view = ranks.cross_rank([with_gaps(resnet, f"run_{i}.sqlite", WAITING) for i in range(4)])
-    s = view["summary"]
-    assert "likely_straggler" not in s and s["wait_ns_min"] == s["wait_ns_max"] == 250 * MS
+    assert "likely_straggler" not in view["summary"] and "wait_ns_max" not in view["summary"]
+    assert all(r["host_wait_ns"] == 250 * MS and r["wait_ns"] == 0 for r in view["ranks"])
 
 
 def test_a_wait_unlike_the_least_waiting_ranks_own_cause_names_no_cause(resnet):
@@ -210,7 +212,8 @@ def test_ddp_fixtures_wait_in_nccl_beyond_the_transfer():
 
 def test_rank_table_text_has_the_waits_column(resnet):
     console = Console(record=True, width=220)
-    ranks_render.render_text(ranks.cross_rank([with_gaps(resnet, f"run_{i}.sqlite", WAITING) for i in range(2)]), console)
+    reports = [with_gaps(resnet, f"run_{i}.sqlite", LOADER if i == 0 else WAITING) for i in range(2)]
+    ranks_render.render_text(ranks.cross_rank(reports), console)
     text = console.export_text()
     assert "waits" in text and "│ 250.0 ms │" in text
 
@@ -331,9 +334,22 @@ def test_gloo_slow_rank_is_named_by_waiting_with_its_cause(gloo_slow):
 
 def test_gloo_balanced_job_has_no_straggler_and_is_bound_by_the_host_all_reduce(gloo_balanced):
     s = ranks.cross_rank(gloo_balanced)["summary"]
-    assert s["ranks"] == 8 and "likely_straggler" not in s and s["wait_ns_min"] > 15 * MS
+    assert s["ranks"] == 8 and "likely_straggler" not in s and s["noise_ns"] > s["wait_ns_max"]
+    view = ranks.cross_rank(gloo_balanced)
+    assert all(r["host_wait_ns"] > 15 * MS for r in view["ranks"])  # every rank waits in the host all-reduce
     for rep in gloo_balanced:
         (f,) = [f for f in rep["findings"] if f["rule"] == "allreduce-through-host"]
         # 6.3M fp32 parameters: 25 MB of gradients to the host and back per step
         assert 24e6 < f["evidence"]["dtoh_bytes"] < 27e6 and 24e6 < f["evidence"]["htod_bytes"] < 27e6
         assert rep["trace"]["framework"] == "pytorch"
+
+
+def test_mpi_job_is_flagged_mpi_from_its_trace_and_domain():
+    """mpi_hoststaged: mpi4py + CuPy under mpirun with --trace=mpi (MPI_* tables, an 'MPI' NVTX domain)."""
+    d = analyze_file(fixture_trace("mpi_hoststaged_0.sqlite"))
+    assert d["trace"]["framework"] == "cupy" and d["trace"]["mpi"]
+
+
+def test_an_mpi_call_in_the_attribution_is_a_host_wait(resnet):
+    rep = with_gaps(resnet, "run_0.sqlite", [("cuda_blocking", "MPI_Allreduce", 40 * MS, 0)])
+    assert ranks.cross_rank([rep])["ranks"][0]["host_wait_ns"] == 40 * MS

@@ -89,7 +89,7 @@ def verdict(view: dict) -> list[str]:
                  f"step and {NOISE_MADS:g}× the ranks' step-time MAD)")
     if s.get("wait_ns_max"):
         lines.append(f"Time each rank's step waits for the others {ms(s['wait_ns_min'])} to {ms(s['wait_ns_max'])} "
-                     f"(NCCL time beyond the least rank's, host waits while the GPU idles); least on rank "
+                     f"(NCCL time and host waits while the GPU idles, beyond the least rank's); least on rank "
                      f"{s['least_wait_rank']}.")
     if s.get("straggler_cause") is not None:
         where = "in their NCCL kernels" if s["wait_kind"] == "nccl" else "in host waits (the all-reduce)"

@@ -90,6 +90,11 @@ class Trace:
         return tables.nvtx_ranges(self.conn, self.schema)
 
     @cached_property
+    def nvtx_domain_names(self) -> list[str]:
+        """Names of the NVTX domains the capture saw created (any process), sorted."""
+        return sorted(set(tables.nvtx_domains(self.conn, self.schema)["domain"]) - {""})
+
+    @cached_property
     def nvtx_event_type_counts(self) -> dict[int, int]:
         return tables.nvtx_event_type_counts(self.conn, self.schema)
 
