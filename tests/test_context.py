@@ -297,6 +297,9 @@ def test_allreduce_through_host_memory_is_a_finding_of_its_own():
     assert ddp.host_allreduce(make(htod_bytes=200e6)) is None       # an input upload, not gradients coming back
     plain = ddp.host_allreduce(Evidence(**{**make().__dict__, "framework": "cuda"}))
     assert plain.snippet == "" and "CUDA-aware MPI" in plain.fix
+    mpi = make()
+    mpi.gaps = mpi.gaps.assign(cause_kind="mpi", cause="MPI_Allreduce")  # a host-staged MPI all-reduce's wait
+    assert ddp.host_allreduce(mpi).gain_ns == 40 * MS
 
 
 # ---- the 8-rank gloo jobs (fixtures/gloo_8rank_*: 8 DDP ranks on one H200, gloo backend; skipped when absent) ----

@@ -196,7 +196,7 @@ def host_allreduce(ev: Evidence) -> Finding | None:
     """An all-reduce through host memory: no NCCL kernel, as many bytes copied to the host as back each
     step, and the host waiting (OS waits) while the GPU idles — gloo's CUDA all-reduce, or a host-staged MPI."""
     out, back = ev.get("dtoh_bytes"), ev.get("htod_bytes")
-    wait = ev.idle_by(kinds=("os_wait",))
+    wait = ev.idle_by(kinds=("os_wait", "mpi"), causes=(r"MPI_\w+",))  # OS waits and MPI calls
     if ev.get("nccl_count") or ev.per != "step" or min(out, back) < HOST_ALLREDUCE_BYTES:
         return None
     if max(out, back) > HOST_ALLREDUCE_RATIO * min(out, back) or wait < HOST_WAIT_SHARE * ev.window_ns:
