@@ -33,13 +33,17 @@ from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
 from .trace.tables import pid_of
 
+# python nvtx >= 0.2.12 (2024) is not recorded by nsys 2023.4; a recorder older than this predates that package
+PYTHON_NVTX_FIRST_AFFECTED = "2023.4"
+
 
 @dataclass
 class TraceInfo:
     """Header facts of one export."""
 
     path: str
-    nsys_version: str | None
+    nsys_version: str | None           # the exporter's (META_DATA_EXPORT)
+    recorder_nsys_version: str | None  # the recorder's when the capture names it (trace.schema.recorder_version)
     schema_version: str | None
     session_start_utc_ns: int | None
     processes: list[dict] = field(default_factory=list)  # globalPid, pid, name
@@ -202,7 +206,7 @@ class Analysis:
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
-        self._htod_on_kernel_streams  # noqa: B018 (the only use of the kernels' streams: then they are dropped)
+        self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
         # streams and correlationIds are done with (the steps are projected)
         kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
@@ -355,7 +359,7 @@ class Analysis:
         gaps = A.summarize(self.gaps(), steady_ids)
         ledgers = L.scope_rows(self._ledger_rows, steady_ids)
         coverage = self._step_coverage
-        gpu_names = dict(zip(self.trace.gpus["deviceId"], self.trace.gpus["name"])) if not self.trace.gpus.empty else {}
+        gpu_names = self._gpu_names
         # rows grouped once (not one mask per device): linear in devices and processes
         step_rows = steps.groupby(["globalPid", "deviceId"]).indices if not steps.empty else {}
         per_name = self.subranges().groupby(["globalPid", "name"]).agg(ns=("ns", "median"), share=("share", "median"))
@@ -449,10 +453,20 @@ class Analysis:
         med = t.groupby(["globalPid", "deviceId"])["count"].median()
         return {(int(p), int(d)): float(v) for (p, d), v in med.items()}
 
+    @cached_property
+    def _nccl_streams(self) -> dict[tuple[int, int], tuple[float, int]]:
+        """(globalPid, deviceId) -> (share of its NCCL kernel time on compute streams, that stream; -1: none)."""
+        per = M.nccl_on_compute_streams(self._kernels, self.trace.nccl_kernel_name_ids)
+        return {(int(p), int(d)): (float(f), int(s)) for p, d, f, s in
+                zip(per["globalPid"], per["deviceId"], per["nccl_on_compute_stream_fraction"], per["nccl_compute_stream"])}
+
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
-        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy),
-        and the median launches per kernel name (kernel_repeats)."""
+        """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy);
+        the share of NCCL kernel time on streams that also run compute kernels, and that stream (NaN, -1: none);
+        the median launches per kernel name (kernel_repeats)."""
+        nccl_share, nccl_stream = self._nccl_streams.get((pid, dev), (float("nan"), -1))
         return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan"))),
+                "nccl_on_compute_stream_fraction": nccl_share, "nccl_compute_stream": float(nccl_stream),
                 "kernel_repeats": self._kernel_repeats.get((pid, dev), float("nan"))}
 
     def findings(self) -> list[Finding]:
@@ -474,11 +488,12 @@ class Analysis:
         t = self.trace
         procs = t.processes
         act_keys = self._capture_windows[["globalPid", "deviceId"]]
-        gpu_names = dict(zip(t.gpus["deviceId"], t.gpus["name"])) if not t.gpus.empty else {}
+        gpu_names = self._gpu_names
         gpu_pids = set(act_keys["globalPid"])
         nvtx_pids = set(pid_of(t.nvtx["globalTid"])) if not t.nvtx.empty else set()
         return TraceInfo(
-            path=str(t.source), nsys_version=t.schema.nsys_version, schema_version=t.schema.schema_version,
+            path=str(t.source), nsys_version=t.schema.nsys_version, recorder_nsys_version=t.schema.recorder_nsys_version,
+            schema_version=t.schema.schema_version,
             session_start_utc_ns=t.session_start_utc_ns,
             processes=[{"globalPid": int(r.globalPid), "pid": int(r.pid), "name": str(r.name)}
                        for r in procs.itertuples() if r.globalPid in gpu_pids | nvtx_pids],
@@ -492,13 +507,29 @@ class Analysis:
         )
 
     @cached_property
+    def _gpu_names(self) -> dict[int, str]:
+        """deviceId -> GPU name; a lone GPU listed without its id (nsys 2019/2020) names the one device with work."""
+        gpus = self.trace.gpus
+        names = {int(d): str(n) for d, n in zip(gpus["deviceId"], gpus["name"]) if d is not None and d == d}
+        used = self._capture_windows["deviceId"].unique()
+        if not names and len(gpus) == 1 and len(used) == 1:
+            names = {int(used[0]): str(gpus["name"].iloc[0])}
+        return names
+
+    @cached_property
     def framework(self) -> F.Framework:
         """What produced the trace (framework.detect), from the profiled processes and the export's strings."""
         t = self.trace
         commands = [v for k, vs in t.schema.capture.items() if k.endswith(":COMMAND") for v in vs]
         pids = set(self._capture_windows["globalPid"]) | (set(pid_of(t.nvtx["globalTid"])) if not t.nvtx.empty else set())
         names = [str(r.name) for r in t.processes.itertuples() if r.globalPid in pids]
-        return F.detect(t.has_string_like, commands + names, not self._capture_windows.empty)
+        threads = t.thread_names
+        # the profiled processes' threads (a capture may list every thread of the host); all when no process is known
+        mine = threads[pd.Series(pid_of(threads["globalTid"])).isin(pids).to_numpy()] if pids else threads
+        present = t.patterns_present(F.STRING_PATTERNS)
+        mpi_traced = any(t.schema.has(table) for table in ("MPI_RANKS", "MPI_COLLECTIVES_EVENTS", "MPI_P2P_EVENTS"))
+        return F.detect(present.__contains__, commands + names, not self._capture_windows.empty,
+                        threads=sorted(set(mine["name"].astype(str))), domains=t.nvtx_domain_names, mpi_traced=mpi_traced)
 
     @cached_property
     def notes(self) -> list[str]:
@@ -511,11 +542,12 @@ class Analysis:
         if t.nvtx.empty:
             counts = t.nvtx_event_type_counts
             only_domains = bool(counts) and set(counts) <= {NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY}
-            if t.schema.nvtx_trace_requested and (only_domains or not counts) and self.framework.is_python:
-                version = t.schema.nsys_version or "unknown"
+            recorder = t.schema.recorder_known_or_assumed  # the python-nvtx issue is the recorder's, not the exporter's
+            if (t.schema.nvtx_trace_requested and (only_domains or not counts) and self.framework.is_python
+                    and recorder is not None and recorder >= PYTHON_NVTX_FIRST_AFFECTED):
                 known = (" (nsys 2023.4 does not record python nvtx >= 0.2.12: pin nvtx==0.2.11 or use a newer nsys)"
-                         if version.startswith("2023.4") else " (check that this nsys records your nvtx version)")
-                notes.append(f"NVTX tracing was on but this Python program recorded no NVTX range with nsys {version}: "
+                         if recorder.startswith("2023.4") else " (check that this nsys records your nvtx version)")
+                notes.append(f"NVTX tracing was on but this Python program recorded no NVTX range with nsys {recorder}: "
                              f"the python `nvtx` package may be one this nsys does not record{known}.")
             elif t.schema.nvtx_trace_requested:
                 notes.append("NVTX tracing was on but the program recorded no NVTX range (annotate steps with NVTX "
@@ -535,6 +567,9 @@ class Analysis:
         elif self._step_windows.empty and not self._capture_windows.empty:
             notes.append("Step ranges were found but none launched GPU work that could be correlated "
                          "(runtime API not traced?); per-step GPU metrics are unavailable.")
+        if t.schema.converted_qdrep and not t.schema.recorder_nsys_version:
+            notes.append(f"Exported with nsys {t.schema.nsys_version or '?'} from a .qdrep report: an older nsys recorded "
+                         "it (its version is not in the capture).")
         if not t.schema.has("OSRT_API"):
             notes.append("No OS runtime data: munmap and OS-call evidence is unavailable (capture with "
                          "--trace=cuda,nvtx,osrt).")

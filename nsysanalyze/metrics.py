@@ -417,6 +417,31 @@ def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.D
     return frac.rename_axis(["globalPid", "deviceId"]).rename("htod_on_kernel_streams_fraction").reset_index()
 
 
+def nccl_on_compute_streams(kernels: pd.DataFrame, nccl_name_ids: np.ndarray) -> pd.DataFrame:
+    """Per (globalPid, deviceId) with NCCL kernels: ``nccl_on_compute_stream_fraction``, the share of its
+    NCCL kernel time on streams that also run other (compute) kernels — communication that cannot overlap
+    compute, since a stream runs its kernels one after another — and ``nccl_compute_stream``, the stream
+    holding most of that time (-1 when none); kernels need streamId, start, end, nameId."""
+    cols = ["globalPid", "deviceId", "streamId"]
+    nccl = np.isin(kernels["nameId"].to_numpy(), nccl_name_ids)
+    if not nccl.any():
+        return pd.DataFrame({"globalPid": [], "deviceId": [], "nccl_on_compute_stream_fraction": [],
+                             "nccl_compute_stream": []})
+    keys = kernels[cols].astype(np.int64)
+    compute = pd.MultiIndex.from_frame(keys[~nccl].drop_duplicates())
+    comm = keys[nccl].reset_index(drop=True)
+    dur = (kernels["end"].to_numpy()[nccl] - kernels["start"].to_numpy()[nccl]).astype(np.float64)
+    shared = pd.MultiIndex.from_frame(comm).isin(compute)
+    comm = comm.assign(ns=dur, shared_ns=np.where(shared, dur, 0.0))
+    per = comm.groupby(["globalPid", "deviceId"])[["ns", "shared_ns"]].sum()
+    by_stream = comm[shared].groupby(cols)["shared_ns"].sum()
+    top = (by_stream.groupby(level=[0, 1]).idxmax().map(lambda k: k[2]) if len(by_stream)
+           else pd.Series(dtype=np.int64))
+    out = pd.DataFrame({"nccl_on_compute_stream_fraction": per["shared_ns"] / per["ns"].where(per["ns"] > 0),
+                        "nccl_compute_stream": top.reindex(per.index).fillna(-1).astype(np.int64)})
+    return out.reset_index()
+
+
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
     """num / den with NaN where den is 0."""
     return num / den.where(den > 0)

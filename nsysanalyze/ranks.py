@@ -1,16 +1,29 @@
 """Cross-rank view: pure functions over report dicts (``render.contract.report``), no SQL, no formatting.
 
-A *rank* is one (process, GPU) of one report: a file per rank (``-o run_%q{RANK}``) gives one
-rank per report, a file holding several processes (torchrun under one nsys) gives one per
-(process, device). Ranks are numbered in file order — by the number in the file name when every
-name carries a distinct one (``run_3.sqlite``) — then by process id and device.
+A *rank* is one process of one job: a file per rank (``-o run_%q{RANK}``) gives one rank per
+report, a file holding several processes (torchrun under one nsys) gives one per process. Several
+GPUs used by one process (``tensor.cuda(1).to(2)``, a model split over devices) are devices of one
+program, not ranks: they make one rank, shown by its busiest step (``deviceId``, the device with the
+longest median step; ``devices`` lists them all), and never a straggler among themselves. Ranks are
+numbered in file order — by the number in the file name when every name carries a distinct one
+(``run_3.sqlite``) — then by process id.
 
 Per rank (times in ns): ``step_ns`` is the median GPU step time (the capture window when the trace
 has no steps), ``nccl_ns``/``nccl_exposed_ns`` NCCL kernel time per step (or in the capture),
 ``start_utc_ns`` the first GPU activity on the UTC clock (session start + its offset), which aligns
 separate files; ``offset_ns`` is that start relative to the earliest rank.
-In synchronous data-parallel training every rank waits for the slowest inside its collectives,
-so the rank with the *least* NCCL time is usually the straggler.
+
+Stragglers by waiting: in synchronous data-parallel training every rank's step has the same length
+— the all-reduce holds the fast ranks until the slow one arrives — so step times hide the straggler.
+Each rank's ``wait_ns`` is the time its step spends waiting for the others beyond the collective
+itself (the least of any rank): its NCCL kernel time beyond the least rank's, plus its host waits
+(``host_wait_ns``: GPU idle while its host is in OS waits — ``pthread_cond_wait``, futex, poll …: a
+gloo all-reduce inside the backward — or in MPI calls) beyond the least rank's. Its
+``own_cause``/``own_cause_ns`` is its largest cause that is not a wait: host work before the step's
+first launch (when it is at least ``BEFORE_LAUNCH_SHARE`` of its top idle cause), else that top
+cause. The straggler is the rank that waits least while the others wait about as long as its own
+cause takes (within ``CAUSE_MATCH`` times), the gap being above the noise; then ``straggler_cause`` names it, ``others_wait_ns`` is the others' median wait and
+``straggler_next`` its top finding (the job's next step).
 
 Noise: a spread (step time, NCCL time) names a slowest rank or a straggler only when it is at least
 ``noise_ns`` = max(``STRAGGLER_MIN_SHARE`` of the median step, ``NOISE_MADS`` × the median over ranks
@@ -29,9 +42,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-RANK_COLUMNS = ["rank", "label", "trace", "path", "globalPid", "pid", "deviceId", "steps", "scope", "step_ns",
-                "cpu_step_ns", "idle_fraction", "nccl_ns", "nccl_exposed_ns", "session_start_utc_ns",
-                "start_utc_ns", "offset_ns"]
+RANK_COLUMNS = ["rank", "label", "trace", "path", "globalPid", "pid", "deviceId", "devices", "steps", "scope", "step_ns",
+                "cpu_step_ns", "idle_fraction", "nccl_ns", "nccl_exposed_ns", "host_wait_ns", "wait_ns", "own_cause",
+                "own_cause_ns", "session_start_utc_ns", "start_utc_ns", "offset_ns"]
 TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 # An imbalance (NCCL time, or step time) under this share of the median step is noise, not a straggler,
 # and so is one under NOISE_MADS times the ranks' typical step-to-step variation (MAD).
@@ -39,6 +52,12 @@ STRAGGLER_MIN_SHARE = 0.02
 NOISE_MADS = 3.0
 SAME_LAUNCH_NS = 5_000_000_000
 MAX_START_GAP_NS = 120_000_000_000
+CAUSE_MATCH = 2.0   # the others' wait is "about as long" as the straggler's own cause within this factor
+BEFORE_LAUNCH = "host work before the first launch"
+BEFORE_LAUNCH_SHARE = 0.5  # idle before the first launch this share of the top cause names the step's preparation
+# attribution rows that are host waits: OS waits (pthread_cond_wait, futex, poll, ...) and MPI calls
+WAIT_KINDS = ("os_wait", "mpi")
+MPI_CALL = r"^MPI_"
 
 
 def _file_order(reports: list[dict]) -> list[int]:
@@ -59,16 +78,39 @@ def _value(device: dict, step_key: str, capture_key: str):
     return device.get(capture_key) if v is None else v
 
 
-def rank_table(reports: list[dict]) -> pd.DataFrame:
-    """One row per rank (see the module docstring for the columns)."""
+def _host_causes(report: dict) -> dict[tuple[int, int], tuple[float, str, float]]:
+    """(globalPid, deviceId) -> (GPU idle ns in host waits, its largest other cause, that cause's ns), from the
+    report's idle-gap attribution (per steady-step medians, or the capture); all devices grouped at once."""
+    key = ["globalPid", "deviceId"]
+    gaps = pd.DataFrame(report.get("gaps") or [], columns=[*key, "cause_kind", "cause", "ns", "before_launch_ns"])
+    if gaps.empty:
+        return {}
+    waits = (gaps["cause_kind"].isin(WAIT_KINDS) | gaps["cause"].astype(str).str.contains(MPI_CALL)).to_numpy()
+    wait_ns = gaps.assign(ns=np.where(waits, gaps["ns"], 0.0)).groupby(key)["ns"].sum()
+    own = gaps[~waits]
+    before = own.groupby(key)["before_launch_ns"].sum().reindex(wait_ns.index, fill_value=0.0)
+    top = own.sort_values("ns", ascending=False, kind="stable").drop_duplicates(key).set_index(key)
+    top = top.reindex(wait_ns.index)
+    top_ns = top["ns"].fillna(0.0).to_numpy()
+    by_before = before.to_numpy() >= BEFORE_LAUNCH_SHARE * top_ns
+    causes = np.where(by_before, BEFORE_LAUNCH, top["cause"].astype(object).to_numpy())
+    cause_ns = np.where(by_before, before.to_numpy(), top_ns)
+    return {(int(p), int(d)): (float(w), str(c), float(n))
+            for (p, d), w, c, n in zip(wait_ns.index, wait_ns.to_numpy(), causes, cause_ns)}
+
+
+def _device_rows(reports: list[dict]) -> pd.DataFrame:
+    """One row per (report, process, device) with GPU work, in rank order."""
     rows = []
     for i in _file_order(reports):
         r = reports[i]
         pids = {p["globalPid"]: p["pid"] for p in r["trace"]["processes"]}
         session = r["trace"].get("session_start_utc_ns")
+        causes = _host_causes(r)
         devices = sorted(r["summary"]["devices"], key=lambda d: (pids.get(d["globalPid"], d["globalPid"]), d["deviceId"]))
         for d in devices:
             has_steps = bool(d.get("steps"))
+            host_wait, cause, cause_ns = causes.get((d["globalPid"], d["deviceId"]), (0.0, None, 0.0))
             rows.append({
                 "report": i, "trace": Path(r["trace"]["path"]).name, "path": r["trace"]["path"],
                 "globalPid": d["globalPid"], "pid": pids.get(d["globalPid"]), "deviceId": d["deviceId"],
@@ -80,16 +122,39 @@ def rank_table(reports: list[dict]) -> pd.DataFrame:
                 "nccl_ns": _value(d, "step_median_nccl_ns", "nccl_ns") if has_steps else d.get("nccl_ns"),
                 "nccl_exposed_ns": _value(d, "step_median_nccl_exposed_ns", "nccl_exposed_ns") if has_steps
                 else d.get("nccl_exposed_ns"),
+                "host_wait_ns": host_wait, "own_cause": cause, "own_cause_ns": cause_ns,
                 "session_start_utc_ns": session,
                 "start_utc_ns": None if session is None else session + d["window_start"],
             })
-    frame = pd.DataFrame(rows, columns=["report"] + [c for c in RANK_COLUMNS if c not in ("rank", "label", "offset_ns")])
+    return pd.DataFrame(rows, columns=["report", "trace", "path", "globalPid", "pid", "deviceId", "steps", "scope",
+                                       "step_ns", "cpu_step_ns", "idle_fraction", "nccl_ns", "nccl_exposed_ns",
+                                       "host_wait_ns", "own_cause", "own_cause_ns", "session_start_utc_ns",
+                                       "start_utc_ns"])
+
+
+def rank_table(reports: list[dict]) -> pd.DataFrame:
+    """One row per rank — per (report, process) with GPU work — (see the module docstring for the columns)."""
+    rows = _device_rows(reports)
+    key = ["report", "globalPid"]
+    devices = rows.groupby(key, sort=False)["deviceId"].agg(lambda d: sorted(int(x) for x in d))
+    order = rows.assign(_step=pd.to_numeric(rows["step_ns"], errors="coerce").fillna(-1), _pos=np.arange(len(rows)))
+    busiest = order.sort_values(["_step", "_pos"], ascending=[False, True], kind="stable").drop_duplicates(key)
+    frame = busiest.sort_values("_pos").drop(columns=["_step", "_pos"]).reset_index(drop=True)
+    frame.insert(frame.columns.get_loc("deviceId") + 1, "devices",
+                 [devices[(r, p)] for r, p in zip(frame["report"], frame["globalPid"])])
     frame.insert(0, "rank", np.arange(len(frame)))
     several_per_report = frame["report"].duplicated(keep=False)
-    frame.insert(1, "label", [
-        (f"{t} " if len(reports) > 1 else "") + (f"pid {p} GPU {d}" if many else f"GPU {d}" if len(reports) == 1 else "")
-        for t, p, d, many in zip(frame["trace"], frame["pid"], frame["deviceId"], several_per_report)])
+
+    def where(pid, devs, many):
+        gpus = f"GPU {devs[0]}" if len(devs) == 1 else "GPUs " + ", ".join(map(str, devs))
+        return f"pid {pid} {gpus}" if many else gpus if len(reports) == 1 else ("" if len(devs) == 1 else gpus)
+
+    frame.insert(1, "label", [(f"{t} " if len(reports) > 1 else "") + where(p, devs, many)
+                              for t, p, devs, many in zip(frame["trace"], frame["pid"], frame["devices"], several_per_report)])
     frame["label"] = frame["label"].str.strip()
+    nccl = pd.to_numeric(frame["nccl_ns"], errors="coerce").fillna(0.0).astype(float)
+    host = frame["host_wait_ns"].astype(float)
+    frame["wait_ns"] = (nccl - nccl.min() + host - host.min()) if len(frame) else nccl + host
     starts = pd.to_numeric(frame["start_utc_ns"], errors="coerce")
     frame["offset_ns"] = (starts - starts.min()) if starts.notna().all() and len(frame) else None
     return frame[RANK_COLUMNS + ["report"]]
@@ -182,7 +247,15 @@ def cross_rank(reports: list[dict]) -> dict:
         if nccl.max() > 0:
             summary.update({"nccl_ns_min": nccl.min(), "nccl_ns_max": nccl.max(), "nccl_imbalance_ns": nccl.max() - nccl.min(),
                             "least_nccl_rank": int(ranks.loc[nccl.idxmin(), "rank"])})
-        if len(ranks) > 1 and nccl.max() - nccl.min() >= noise and nccl.max() > 0:
+        waits = ranks["wait_ns"].astype(float)
+        if waits.max() > 0:
+            summary.update({"wait_ns_min": waits.min(), "wait_ns_max": waits.max(),
+                            "least_wait_rank": int(ranks.loc[waits.idxmin(), "rank"])})
+        straggler = waiting_straggler(ranks, noise)
+        if straggler:
+            summary.update(straggler)
+            summary["straggler_next"] = top_finding(reports, ranks.loc[ranks["rank"] == straggler["likely_straggler"]].iloc[0])
+        elif len(ranks) > 1 and nccl.max() - nccl.min() >= noise and nccl.max() > 0:
             summary.update({"likely_straggler": summary["least_nccl_rank"],
                             "straggler_reason": "least NCCL time: the other ranks wait for it inside their collectives"})
         elif significant:
@@ -198,6 +271,34 @@ def cross_rank(reports: list[dict]) -> dict:
         "ranks": [{k: _num(v) for k, v in row.items()} for row in ranks.drop(columns="report").to_dict("records")],
         "steps": [{k: _num(v) for k, v in row.items()} for row in steps.to_dict("records")],
     }
+
+
+def waiting_straggler(ranks: pd.DataFrame, noise: float) -> dict:
+    """The straggler by waiting (module docstring): ``likely_straggler``, ``straggler_reason``,
+    ``straggler_cause``, ``straggler_cause_ns``, ``straggler_wait_ns``, ``others_wait_ns`` and
+    ``wait_kind`` (``nccl``: inside NCCL kernels; ``host``: host waits while the GPU idles); {} when none."""
+    if len(ranks) < 2:
+        return {}
+    wait = ranks["wait_ns"].astype(float).to_numpy()
+    k = int(np.argmin(wait))
+    others = float(np.median(np.delete(wait, k)))
+    own = float(ranks["own_cause_ns"].iloc[k] or 0.0)
+    if others - wait[k] < noise or not own or not 1 / CAUSE_MATCH <= own / others <= CAUSE_MATCH:
+        return {}
+    host = ranks["host_wait_ns"].astype(float).to_numpy()
+    nccl_wait = others - float(np.median(np.delete(host - host.min(), k)))
+    return {"likely_straggler": int(ranks["rank"].iloc[k]),
+            "straggler_reason": "waits least while the others wait for it about as long as its own cause takes",
+            "straggler_cause": ranks["own_cause"].iloc[k], "straggler_cause_ns": own,
+            "straggler_wait_ns": float(wait[k]), "others_wait_ns": others,
+            "wait_kind": "nccl" if nccl_wait > others / 2 else "host"}
+
+
+def top_finding(reports: list[dict], rank) -> dict | None:
+    """``rule`` and ``title`` of a rank's top finding (its report's findings are ranked), None without one."""
+    found = next((f for f in reports[int(rank["report"])]["findings"]
+                  if f["globalPid"] == rank["globalPid"] and f["deviceId"] in rank["devices"]), None)
+    return None if found is None else {"rule": found["rule"], "title": found["title"]}
 
 
 def _start(report: dict) -> int | None:
@@ -247,5 +348,5 @@ def jobs(reports: list[dict]) -> list[dict]:
 
 
 def rank_count(report: dict) -> int:
-    """Ranks in one report: its (process, device) pairs with GPU work."""
-    return len(report["summary"]["devices"])
+    """Ranks in one report: its processes with GPU work (several GPUs of one process are one rank)."""
+    return len({d["globalPid"] for d in report["summary"]["devices"]})

@@ -5,7 +5,7 @@ while another thread launches going to that thread."""
 import pytest
 
 import nsysanalyze
-from tiny import TinyTrace, gpid, gtid
+from tiny import TinyTrace, gtid
 
 P = 300
 T, T2 = gtid(P, 1), gtid(P, 2)   # the main thread, and a helper that launches too (an autograd thread)

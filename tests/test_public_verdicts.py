@@ -12,7 +12,7 @@ PYTORCH_WORDS = ("torch", "DataLoader", "DDP(")
 FRAMEWORK = {
     "sc23-openmp-tutorial__report3.sqlite": "openmp",
     "pipit__perlmutter-cloverleaf-cuda.sqlite": "cuda",
-    "nsightful__power_iteration__baseline.sqlite": "python",
+    "nsightful__power_iteration__baseline.sqlite": "cupy",   # cupy_* kernels, CuPy's modules in the strings
     "nsys-ai__mfu_2gpu_after.sqlite": "pytorch",
     "casio__nerf_output-file.sqlite": "tensorflow",
     "MohanadOdema__w_Relu_nsys_profile.sqlite": "pytorch",
@@ -21,8 +21,12 @@ FRAMEWORK = {
     "nvfuser__report1.sqlite": "pytorch",
     "unschlagbar__prof.sqlite": "cuda",
     "kamalchowdhury326__report1.sqlite": "cuda",
-    "quasiben__multiprocessing.sqlite": "unknown",
+    "quasiben__multiprocessing.sqlite": "python",  # no PROCESSES table: its threads are named python
     "bwyogatama__report1.sqlite": "cuda",
+    "ayush__vecadd_launchbound_v3.sqlite": "cuda",
+    "gartangh__flux_darknet19.sqlite": "julia",          # CUDA.jl's ptxcall_* kernels
+    "abacus__resnet101_streams_report1.sqlite": "pytorch",
+    "stellawava__wsl_report1.sqlite": "unknown",          # no CUDA tables at all
 }
 
 
@@ -84,3 +88,59 @@ def test_steps_inferred_without_nvtx_give_the_nvtx_twins_verdict():
     assert top["rule"] == "dataloader-workers" and top["evidence"]["top_cause_kind"] == "untraced"
     pin = next(f for f in d["findings"] if f["rule"] == "pin-memory")
     assert pin["evidence"]["htod_pageable_bytes"] == 201326592 + 512  # one batch (64x3x512x512 fp32) + its labels per step
+
+
+# Every export gets a verdict that fits its program: the findings it must show (the program's own bottleneck)
+# and those it must not (advice for a program it is not); None: no GPU work, so no finding at all.
+VERDICTS = {
+    "sc23-openmp-tutorial__report3.sqlite": ({"dtoh-sync", "pin-memory"}, {"dataloader-workers"}),
+    "pipit__perlmutter-cloverleaf-cuda.sqlite": ({"pin-memory"}, {"dataloader-workers", "launch-bound"}),
+    "nsightful__power_iteration__baseline.sqlite": ({"host-sync"}, {"dataloader-workers"}),
+    "nsys-ai__mfu_2gpu_after.sqlite": ({"pipeline-p2p"}, {"fsdp-collectives", "ddp-bucket-overlap", "ddp-single-gpu"}),
+    "casio__nerf_output-file.sqlite": ({"dtoh-sync"}, {"dataloader-workers"}),
+    "MohanadOdema__w_Relu_nsys_profile.sqlite": (set(), {"dataloader-workers", "launch-bound"}),
+    "Lyrics-WangKL__darknet1img.sqlite": (set(), {"dataloader-workers", "launch-bound"}),
+    "YoonKyonghwan__poolformer.sqlite": None,
+    "nvfuser__report1.sqlite": (set(), {"dataloader-workers", "pin-memory", "input-pipeline-ok"}),
+    "unschlagbar__prof.sqlite": (set(), {"dataloader-workers"}),
+    "kamalchowdhury326__report1.sqlite": ({"dtoh-sync"}, {"dataloader-workers"}),
+    "quasiben__multiprocessing.sqlite": None,
+    "bwyogatama__report1.sqlite": ({"dtoh-sync"}, {"dataloader-workers"}),
+    "ayush__vecadd_launchbound_v3.sqlite": ({"launch-bound"}, {"dataloader-workers", "pin-memory"}),
+    "gartangh__flux_darknet19.sqlite": ({"input-pipeline-ok"}, {"dataloader-workers", "pin-memory"}),
+    "abacus__resnet101_streams_report1.sqlite": ({"launch-bound"}, {"dataloader-workers", "pin-memory"}),
+    "stellawava__wsl_report1.sqlite": None,
+}
+H200_VERDICTS = {
+    "resnet18-baseline-nvtx.sqlite": ({"dataloader-workers", "pin-memory"}, {"launch-bound"}),
+    "resnet18-baseline-cudaonly.sqlite": ({"dataloader-workers", "pin-memory"}, {"launch-bound"}),
+    "resnet18-bs8-nvtx0.2.17-dropped.sqlite": ({"pin-memory"}, {"ddp-single-gpu"}),
+    "cpu-nvtx0.2.11-recorded.sqlite": None,
+    "cpu-nvtx0.2.12-dropped.sqlite": None,
+}
+
+
+def test_every_shared_export_has_a_verdict_listed():
+    from conftest import SHARED_TRACES
+
+    if not SHARED_TRACES.exists():
+        pytest.skip("../shared/traces not available")
+    assert {p.name for p in (SHARED_TRACES / "public").glob("*.sqlite")} == set(VERDICTS) == set(FRAMEWORK)
+    assert {p.name for p in (SHARED_TRACES / "h200").glob("*.sqlite")} == set(H200_VERDICTS)
+
+
+@pytest.mark.parametrize("rel", [f"public/{n}" for n in sorted(VERDICTS)] + [f"h200/{n}" for n in sorted(H200_VERDICTS)])
+def test_verdict_fits_the_program(rel):
+    from nsysanalyze.render.format import trace_line
+
+    d = analyze_file(shared_trace(rel))
+    expected = (VERDICTS if rel.startswith("public/") else H200_VERDICTS)[rel.split("/", 1)[1]]
+    rules = {f["rule"] for f in d["findings"]}
+    if expected is None:
+        assert not d["summary"]["devices"] and not rules
+        assert "no GPU activity" in trace_line(d) and any(n.startswith("No GPU activity") for n in d["notes"])
+        return
+    must, must_not = expected
+    assert must <= rules and not rules & must_not, sorted(rules)
+    assert d["findings"], "a program with GPU work gets a verdict"
+    assert "no GPU activity" not in trace_line(d) and not any(n.startswith("No GPU activity") for n in d["notes"])

@@ -44,9 +44,12 @@ def test_a_directory_of_fixtures_groups_the_rank_pairs():
     reports = [analyze(f, None) for f in sorted(fixture_trace("resnet18_baseline.sqlite").parent.glob("*.sqlite"))]
     groups = ranks.jobs(reports)
     pairs = [[reports[i]["trace"]["path"].rsplit("/", 1)[1] for i in g["traces"]] for g in groups if len(g["traces"]) > 1]
-    assert sorted(pairs) == [[f"vit_l32_2gpu_{v}_0.sqlite", f"vit_l32_2gpu_{v}_1.sqlite"]
-                             for v in ("bf16", "bucket100", "bucket_view", "ddp", "powersgd")]
-    assert sum(len(g["traces"]) == 1 for g in groups) == len(reports) - 10  # every single-GPU capture alone
+    assert sorted(pairs) == (
+        [[f"gloo_8rank_{r}.sqlite" for r in range(8)], [f"gloo_8rank_slow_{r}.sqlite" for r in range(8)],
+         ["mpi_hoststaged_0.sqlite", "mpi_hoststaged_1.sqlite"]]
+        + [[f"vit_l32_2gpu_{v}_0.sqlite", f"vit_l32_2gpu_{v}_1.sqlite"]
+           for v in ("bf16", "bucket100", "bucket_view", "ddp", "powersgd")])
+    assert sum(len(g["traces"]) == 1 for g in groups) == len(reports) - 28  # every single-process capture alone
 
 
 def test_a_spread_of_nanoseconds_names_no_slowest_rank():

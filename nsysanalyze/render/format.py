@@ -274,11 +274,19 @@ def compact_headlines(report: dict) -> list[str]:
 def trace_line(report: dict) -> str:
     """'resnet18_baseline.sqlite · nsys 2023.4.4.54 · NVIDIA H200 · steps: Batch {n} · program: pytorch'."""
     t = report["trace"]
-    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or \
-        ("GPU model not recorded" if report["summary"]["devices"] else "no GPU activity")
+    gpus = ", ".join(sorted({d["name"] for d in t["devices"] if d.get("name")})) or (
+        f"{len(t['devices'])} GPU(s), name not recorded" if t["devices"] else "no GPU activity")
     steps = f"steps: {step_names(report)}" if t.get("step_family") else "no steps (one window per device)"
     program = f" · program: {t.get('framework') or 'unknown'}" + (" + MPI" if t.get("mpi") else "")
-    return f"{t['path']} · nsys {t['nsys_version'] or '?'} · {gpus} · {steps}{program}"
+    return f"{t['path']} · {nsys_versions(t)} · {gpus} · {steps}{program}"
+
+
+def nsys_versions(trace: dict) -> str:
+    """'nsys 2023.4.4.54', or 'nsys 2020.3.2 (exported with 2023.4.4.54)' when another nsys recorded the trace."""
+    exporter, recorder = trace["nsys_version"], trace.get("recorder_nsys_version")
+    if recorder and exporter and not exporter.startswith(recorder):
+        return f"nsys {recorder} (exported with {exporter})"
+    return f"nsys {exporter or recorder or '?'}"
 
 
 UNIT_SUFFIX = re.compile(r"_(ns|bytes|bps|gbps)$")

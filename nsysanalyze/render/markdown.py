@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .format import (DETAILS_HINT, FINDINGS_TITLE, GAP_HEADERS, LEDGER_HEADERS, STEP_COLUMNS, STEPS_TITLE,
                      SUBRANGES_TITLE, SUMMARY_TITLE, code_fence, device_label, evidence_pairs, gain_text, gap_cells,
-                     gaps_title, headlines, keeping_snippets, ledger_cells, ledger_title, ms, pct, step_cells,
-                     step_names, subrange_table, summary_cells)
+                     gaps_title, headlines, keeping_snippets, ledger_cells, ledger_title, ms, nsys_versions, pct,
+                     step_cells, step_names, subrange_table, summary_cells)
 from .sanitize import code_span, for_markdown
 
 
@@ -44,7 +44,7 @@ def render(report: dict, sections=("summary", "steps", "findings"), top: int | N
     report = keeping_snippets(report, for_markdown)  # trace strings shown literally, never as markdown
     t = report["trace"]
     out = [f"## nsysanalyze: {code_span(t['path'])}", "",
-           f"nsys {t['nsys_version'] or '?'} (schema {t['schema_version'] or '?'}), "
+           f"{nsys_versions(t)} (schema {t['schema_version'] or '?'}), "
            f"{len(t['processes'])} process(es), {len(t['devices'])} GPU(s)"
            + (f", steps {code_span(step_names(report))}" if t.get("step_family") else ""), ""]
     for head, nxt in headlines(report):

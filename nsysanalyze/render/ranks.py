@@ -17,25 +17,29 @@ from .terminal import indented, print_findings, table_of
 
 MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread first
 
-RANK_HEADERS = ["rank", "trace", "steps", "step", "vs fastest", "NCCL", "exposed", "idle", "offset", "next"]
+RANK_HEADERS = ["rank", "trace", "steps", "step", "vs fastest", "NCCL", "exposed", "waits", "idle", "offset", "next"]
 
 
 def _findings_by_rank(view: dict, reports: list[dict]) -> list[tuple[int, dict]]:
-    """(rank, finding) of every finding of the ranks in ``view``, each report's findings in their ranked order."""
-    rank_of = {(r["path"], r["globalPid"], r["deviceId"]): r["rank"] for r in view["ranks"]}
+    """(rank, finding) of every finding of the ranks in ``view`` (each of a rank's devices), each report's
+    findings in their ranked order."""
+    rank_of = {(r["path"], r["globalPid"], d): r["rank"] for r in view["ranks"] for d in r.get("devices") or [r["deviceId"]]}
     return [(rank_of[key], f) for report in reports for f in report["findings"]
             if (key := (report["trace"]["path"], f["globalPid"], f["deviceId"])) in rank_of]
 
 
 def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
-    """Findings of every rank, one per rule (its largest), largest gain first; ``ranks`` lists where it was found."""
+    """Findings of every rank, one per rule (its largest), largest gain first — the straggler's top finding
+    first when a straggler by waiting is named (the others' waits are waits for it); ``ranks`` lists where
+    each was found."""
     by_rule: dict[str, dict] = {}
     for rank, f in _findings_by_rank(view, reports):
         kept = by_rule.setdefault(f["rule"], {**f, "ranks": []})
         if f["gain_ns"] > kept["gain_ns"]:
             by_rule[f["rule"]] = kept = {**f, "ranks": kept["ranks"]}
         kept["ranks"].append(rank)
-    return sorted(by_rule.values(), key=lambda f: -f["gain_ns"])
+    first = (view["summary"].get("straggler_next") or {}).get("rule")
+    return sorted(by_rule.values(), key=lambda f: (f["rule"] != first, -f["gain_ns"]))
 
 
 def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
@@ -49,7 +53,7 @@ def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
 def rank_cells(r: dict, fastest: float | None, top_rule: str | None = None) -> list[str]:
     rel = (f"+{100 * (r['step_ns'] / fastest - 1):.1f}%" if fastest and r["step_ns"] is not None else "-")
     return [str(r["rank"]), r["label"] or r["trace"], count(r["steps"]), ms(r["step_ns"]), rel, ms(r["nccl_ns"]),
-            ms(r["nccl_exposed_ns"]), pct(r["idle_fraction"]), ms(r["offset_ns"]), top_rule or "-"]
+            ms(r["nccl_exposed_ns"]), ms(r.get("wait_ns")), pct(r["idle_fraction"]), ms(r["offset_ns"]), top_rule or "-"]
 
 
 RANK_DROP_ORDER = ["offset", "exposed", "steps", "NCCL", "vs fastest", "idle", "trace"]  # first left out
@@ -93,10 +97,21 @@ def verdict(view: dict) -> list[str]:
                      f"(imbalance {ms(s['nccl_imbalance_ns'])}){least}.")
     threshold = (f"the noise threshold {ms(s['noise_ns'])} (the larger of {STRAGGLER_MIN_SHARE:.0%} of the median "
                  f"step and {NOISE_MADS:g}× the ranks' step-time MAD)")
-    if s.get("likely_straggler") is not None:
+    if s.get("wait_ns_max"):
+        lines.append(f"Time each rank's step waits for the others {ms(s['wait_ns_min'])} to {ms(s['wait_ns_max'])} "
+                     f"(NCCL time and host waits while the GPU idles, beyond the least rank's); least on rank "
+                     f"{s['least_wait_rank']}.")
+    if s.get("straggler_cause") is not None:
+        where = "in their NCCL kernels" if s["wait_kind"] == "nccl" else "in host waits (the all-reduce)"
+        lines.append(f"Likely straggler: rank {s['likely_straggler']}: {s['straggler_cause']}, "
+                     f"{ms(s['straggler_cause_ns'])} per {per(s)}; the other ranks wait {ms(s['others_wait_ns'])} {where} "
+                     f"(rank {s['likely_straggler']} waits {ms(s['straggler_wait_ns'])}; beyond {threshold}).")
+        if s.get("straggler_next"):
+            lines.append(f"Next: rank {s['likely_straggler']}'s {s['straggler_next']['rule']} — {s['straggler_next']['title']}.")
+    elif s.get("likely_straggler") is not None:
         lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}; beyond {threshold}).")
     elif s.get("ranks", 0) > 1:
-        lines.append(f"No straggler: step and NCCL times differ by less than {threshold}.")
+        lines.append(f"No straggler: step times, NCCL times and waits differ by less than {threshold}.")
     if s.get("steps_compared"):
         often = (f"; rank {s['slowest_rank_most_often']} is slowest most often"
                  if s.get("slowest_rank_most_often") is not None else "")
@@ -105,6 +120,10 @@ def verdict(view: dict) -> list[str]:
     lines.append("Ranks aligned by session start (UTC): first GPU activity spread " + ms(s["start_spread_ns"]) + "."
                  if s.get("aligned") else "Session start time missing in some trace: ranks are not aligned in time.")
     return lines
+
+
+def per(summary: dict) -> str:
+    return "step" if summary.get("scope") == "step median" else "capture"
 
 
 def render_text(view: dict, console: Console, reports: list[dict] = (), top: int | None = None,
@@ -119,7 +138,7 @@ def render_text(view: dict, console: Console, reports: list[dict] = (), top: int
     for line in verdict(view):
         console.print(indented(console, line, "  ", 4))
     console.print(table_of("One row per rank", RANK_HEADERS,
-                           [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 9),
+                           [rank_cells(r, fastest, rules.get(r["rank"])) for r in view["ranks"]], left=(0, 1, 10),
                            drop=RANK_DROP_ORDER))
     steps = _step_rows(view)
     if steps and details:

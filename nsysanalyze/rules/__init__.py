@@ -133,15 +133,16 @@ def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns
 
 def all_rules() -> list[Rule]:
     """Every rule in order of precedence: a ledger row goes to the first rule that claims it. The most
-    specific cause first: warm-up (compilation, module loading), pinning (idle in blocking copy calls and
-    munmap, the pageable copies), the other host causes (file writes, allocator churn, unified memory,
+    specific cause first: warm-up (compilation, module loading), an all-reduce through host memory (its
+    copies and the host's waits), pinning (idle in blocking copy calls and munmap, the pageable copies), the other host causes (file writes, allocator churn, unified memory,
     MPI), then the loader (host work before the step's first launch), copies back and host syncs (idle
     in and after syncs), launch overhead (a per-parameter optimizer, then short gaps no sync explains), copy
     overlap and the link (pinned copies not hidden), the DDP and collective rules (device-to-device copies,
     exposed NCCL), and periodic stalls (slow steps outside the median step's ledger: they claim no row)."""
     from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch, periodic
     ip = input_pipeline
-    return [host_causes.warmup_capture, ip.pin_memory, *host_causes.RULES, ip.dataloader_workers, *host_sync.RULES,
+    return [host_causes.warmup_capture, ddp.host_allreduce, ip.pin_memory, *host_causes.RULES, ip.dataloader_workers,
+            *host_sync.RULES,
             *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES,
             *periodic.RULES]
 

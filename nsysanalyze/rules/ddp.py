@@ -5,6 +5,9 @@ reduce-scatter traffic is pipeline or FSDP communication (rules/collectives.py).
 DDP advice only to PyTorch programs (framework.detect); other all-reduce users get plain words
 from collectives.py.
 
+A gloo (or host-staged MPI) all-reduce leaves no NCCL kernel: gradients go to the host and back each
+step while the host waits (``host_allreduce``), in any framework (plain words outside PyTorch).
+
 DDP leaves two marks in a trace: device-to-device copies of the gradients into its
 communication buckets (copyKind 8, the same GPU; +1.23 GB per step for ViT-L/32), and NCCL all-reduce kernels (``ncclKernel_*``/
 ``ncclDevKernel_*``) — at world size 1 NCCL launches no all-reduce kernel, so only the copies
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 from ..units import ms, size
 from . import Evidence, Finding, make_finding
+from .collectives import one_collective
+from .fixes import pick
 
 GRAD_COPY_BYTES = 64e6      # DtoD bytes per step that look like DDP's gradient bucket copies
 GRAD_COPY_SHARE = 0.02      # ...when they also take this share of the step
@@ -25,9 +30,10 @@ NVLINK_CLASS_BPS = 100e9    # achieved all-reduce bandwidth below this is not NV
 
 
 def pytorch(rule):
-    """Run ``rule`` only on PyTorch traces (DDP knobs mean nothing elsewhere)."""
+    """Run ``rule`` only on PyTorch traces (DDP knobs mean nothing elsewhere) that hold more than one
+    collective (a capture of one call is not a training step: collectives.single_collective_capture)."""
     def guarded(ev: Evidence) -> Finding | None:
-        return rule(ev) if ev.framework == "pytorch" else None
+        return rule(ev) if ev.framework == "pytorch" and not one_collective(ev) else None
     guarded.__name__, guarded.__doc__ = rule.__name__, rule.__doc__
     return guarded
 
@@ -167,6 +173,51 @@ model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
 # model.register_comm_hook(powerSGD_hook.PowerSGDState(process_group=None), powerSGD_hook.powerSGD_hook)
 """,
     )
+
+
+HOST_ALLREDUCE_BYTES = 1e6   # bytes per step copied each way that look like gradients reduced on the host
+HOST_ALLREDUCE_RATIO = 2.0   # ...out (DtoH) and back (HtoD) within this factor of each other
+HOST_WAIT_SHARE = 0.05       # GPU idle in host waits, as a share of the step, worth naming
+HOST_ALLREDUCE_FIX = {
+    "pytorch": ("The gradients are reduced through host memory (the gloo backend, or a host-staged MPI): copied "
+                "to the host, summed by the CPU over the network stack and copied back, while this rank waits. "
+                "Use the NCCL backend (one GPU per rank) so the all-reduce runs GPU to GPU and overlaps the "
+                "backward; with MPI, a CUDA-aware MPI.", """
+dist.init_process_group("nccl")            # instead of "gloo"; one GPU per rank:
+torch.cuda.set_device(local_rank)
+model = DDP(model.to(local_rank), device_ids=[local_rank])
+"""),
+    "default": ("The collective goes through host memory (gloo, or a host-staged MPI): the data is copied to the "
+                "host, reduced by the CPU and copied back while the GPU waits. Use NCCL or a CUDA-aware MPI so it "
+                "runs GPU to GPU.", ""),
+}
+
+
+def host_allreduce(ev: Evidence) -> Finding | None:
+    """An all-reduce through host memory: no NCCL kernel, as many bytes copied to the host as back each
+    step, and the host waiting (OS waits, MPI calls) while the GPU idles — gloo's CUDA all-reduce, or a
+    host-staged MPI. Claims those waits and the copies: GPU to GPU, both go (the copies' time off the GPU,
+    the waits off the host), as far as the two-resource bound allows."""
+    out, back = ev.get("dtoh_bytes"), ev.get("htod_bytes")
+    if ev.get("nccl_count") or ev.per != "step" or min(out, back) < HOST_ALLREDUCE_BYTES:
+        return None
+    ledger = ev.ledger
+    waits = ledger.idle(("os_wait",), causes=r"P?MPI_\w+")  # OS waits and MPI calls
+    wait = ledger.ns(waits)
+    if max(out, back) > HOST_ALLREDUCE_RATIO * min(out, back) or wait < HOST_WAIT_SHARE * ev.window_ns:
+        return None
+    copies = ledger.busy("dtoh_pageable", "dtoh_pinned", "htod_pageable", "htod_pinned")
+    copied = ledger.ns(copies)
+    fix, snippet = pick(HOST_ALLREDUCE_FIX, ev.framework)
+    return make_finding(
+        ev, "allreduce-through-host",
+        f"All-reduce through host memory: {size(out)} copied to the host and {size(back)} back per step, "
+        f"no NCCL kernel, and the GPU idles {ms(wait)} per step while the host waits",
+        confidence=0.6 if ev.framework == "pytorch" else 0.5, gain_ns=wait + copied, claim=waits | copies,
+        what_if=ledger.what_if(wait + copied, busy_removed_ns=copied, host_removed_ns=wait),
+        evidence={"dtoh_bytes": out, "htod_bytes": back, "dtoh_ns": ev.get("dtoh_ns"), "htod_ns": ev.get("htod_ns"),
+                  "host_wait_idle_ns": wait, "nccl_kernels_per_step": 0.0},
+        fix=fix, snippet=snippet)
 
 
 RULES = [pytorch(r) for r in (ddp_single_gpu, gradient_as_bucket_view, ddp_bucket_overlap, ddp_static_graph,

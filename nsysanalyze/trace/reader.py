@@ -73,9 +73,9 @@ class Trace:
         """StringIds id -> value of every string that can name a CUDA API (starts with 'cu')."""
         return tables.strings_like(self.conn, self.schema, "cu%")
 
-    def has_string_like(self, pattern: str) -> bool:
-        """Whether any string of the export (kernel, API, range names) matches the SQL LIKE ``pattern``."""
-        return tables.any_string_like(self.conn, self.schema, pattern)
+    def patterns_present(self, patterns: list[str]) -> set[str]:
+        """Those SQL LIKE ``patterns`` that some string of the export matches (one scan)."""
+        return tables.patterns_present(self.conn, self.schema, list(patterns))
 
     def kernel_names(self, base: bool = False) -> pd.DataFrame:
         """Every kernel's process, device, name id (demangled; ``base``: short), start and end (ns); not cached."""
@@ -88,6 +88,11 @@ class Trace:
     @cached_property
     def nvtx(self) -> pd.DataFrame:
         return tables.nvtx_ranges(self.conn, self.schema)
+
+    @cached_property
+    def nvtx_domain_names(self) -> list[str]:
+        """Names of the NVTX domains the capture saw created (any process), sorted."""
+        return sorted(set(tables.nvtx_domains(self.conn, self.schema)["domain"]) - {""})
 
     @cached_property
     def nvtx_event_type_counts(self) -> dict[int, int]:
@@ -108,6 +113,10 @@ class Trace:
     @cached_property
     def processes(self) -> pd.DataFrame:
         return tables.processes(self.conn, self.schema)
+
+    @cached_property
+    def thread_names(self) -> pd.DataFrame:
+        return tables.thread_names(self.conn, self.schema)
 
     @cached_property
     def gpus(self) -> pd.DataFrame:

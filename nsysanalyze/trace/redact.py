@@ -10,7 +10,8 @@ the end, on Ctrl-C and on SIGTERM), and, in the copy:
   ``TARGET_INFO_SYSTEM_ENV.DeviceEnvironment``;
 - blanks host and user names, directories and the kernel release: ``EXPORT_HOST``, ``EXPORT_USER``,
   ``*_PATH_ABS``, ``DEVICE_DISPLAY_NAME``, ``PROCESS_<n>:USER_NAME``/``WORKING_DIR``, ``Hostname``,
-  ``TargetInstallDir``, ``InjectionFilesStoragePath``, ``SoftwareReleaseVersion`` ...;
+  ``TargetInstallDir`` (left as ``nsight-systems-<version>``: the recorder's version, no path),
+  ``InjectionFilesStoragePath``, ``SoftwareReleaseVersion`` ...;
 - in every other text value (metadata, command lines, GPU and NIC info, diagnostics, and every
   ``StringIds`` row, referenced or not, except the names the analysis reads) shortens absolute
   paths to their last component and replaces UUIDs (GPU, session), PCI bus ids, MAC and e-mail
@@ -38,6 +39,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..outputs import atomic_output, check_output, exit_on_sigterm, release_claims
 from .open import connect_readonly, stat_input
+from .schema import Schema, recorder_version
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(%%)?=")
 # Identifying tokens in free text, replaced by a marker (command lines: --master_addr=10.1.2.3). Each is
@@ -302,9 +304,14 @@ def _redact_in_place(conn: sqlite3.Connection, tables: set[str]) -> dict[str, in
             out["metadata_values"] += _changes(
                 conn, f"UPDATE {_q(table)} SET value = '' WHERE {_like_any('name', BLANK_META)} AND value <> ''")
     if "TARGET_INFO_SYSTEM_ENV" in tables:
+        where = Schema({t: frozenset(_columns(conn, t)) for t in ("TARGET_INFO_SYSTEM_ENV", "StringIds") if t in tables})
+        recorder = recorder_version(conn, where)  # read before its paths are blanked and shortened
         out["system_env_values"] = _changes(
             conn, f"UPDATE TARGET_INFO_SYSTEM_ENV SET value = '' "
                   f"WHERE {_like_any('name', BLANK_SYSTEM_ENV)} AND value <> ''")
+        if recorder:
+            conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'TargetInstallDir'",
+                         (f"nsight-systems-{recorder}",))
     if "StringIds" in tables:
         env_ids = [i for i, v in conn.execute(
             "SELECT id, CAST(value AS BLOB) FROM StringIds WHERE instr(value, char(0)) > 0")

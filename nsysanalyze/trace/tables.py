@@ -354,11 +354,12 @@ def string_ids_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> n
                     dtype=np.int64)
 
 
-def any_string_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> bool:
-    """Whether any StringIds value matches the SQL LIKE ``pattern`` (kernel, API and range names live there)."""
-    if not schema.has("StringIds", "value"):
-        return False
-    return conn.execute("SELECT 1 FROM StringIds WHERE value LIKE ? LIMIT 1", (pattern,)).fetchone() is not None
+def patterns_present(conn: sqlite3.Connection, schema: Schema, patterns: list[str]) -> set[str]:
+    """Those SQL LIKE ``patterns`` that some StringIds value matches, in one scan of the table."""
+    if not schema.has("StringIds", "value") or not patterns:
+        return set()
+    row = conn.execute("SELECT " + ", ".join(["MAX(value LIKE ?)"] * len(patterns)) + " FROM StringIds", patterns).fetchone()
+    return {p for p, hit in zip(patterns, row) if hit}
 
 
 def strings_like(conn: sqlite3.Connection, schema: Schema, pattern: str) -> dict[int, str]:
@@ -477,13 +478,23 @@ def processes(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["globalPid", "pid", "name"])
 
 
+def thread_names(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
+    """Named threads: globalTid, name (ThreadNames; every thread of the host in some captures)."""
+    if not schema.has("ThreadNames", "nameId", "globalTid") or not schema.has("StringIds", "id", "value"):
+        return pd.DataFrame({"globalTid": [], "name": []})
+    rows = conn.execute("SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId").fetchall()
+    return pd.DataFrame(rows, columns=["globalTid", "name"])
+
+
 def gpus(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
-    """GPUs known to the capture: deviceId (CUDA ordinal when known), name."""
+    """GPUs known to the capture: deviceId (CUDA ordinal; None when the recorder left it out), name."""
+    rows = []
     for table, id_col in (("TARGET_INFO_GPU", "cuDevice"), ("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId")):
         if schema.has(table, id_col, "name"):
             rows = conn.execute(f"SELECT DISTINCT {id_col}, name FROM {table}").fetchall()
-            return pd.DataFrame(rows, columns=["deviceId", "name"])
-    return pd.DataFrame({"deviceId": [], "name": []})
+            if any(i is not None for i, _ in rows):  # old recorders (2019/2020) leave the id NULL
+                break
+    return pd.DataFrame(rows, columns=["deviceId", "name"])
 
 
 def session_start_utc_ns(conn: sqlite3.Connection, schema: Schema) -> int | None:
