@@ -35,6 +35,7 @@ linear in events after the sort.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -85,14 +86,14 @@ def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -
     return out
 
 
-def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.ndarray:
-    """Rows of ``frame`` (start, end, globalTid) that overlap the GPU idle of one of their process's devices —
-    only those can be causes: [start, end) is not empty and the first idle interval ending after start
-    begins before end. Taken a block of rows at a time (bounded temporaries)."""
-    keep = np.zeros(len(frame), dtype=bool)
-    start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
-    for pid, idx in rows_by_process(frame["globalTid"].to_numpy(), of_tid=True):
-        for r in row_blocks(len(frame), idx):
+def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
+    """Rows of ``frame`` (start, end, globalTid: a frame or a dict of arrays) that overlap the GPU idle of one
+    of their process's devices — only those can be causes: [start, end) is not empty and the first idle
+    interval ending after start begins before end. Taken a block of rows at a time (bounded temporaries)."""
+    start, end = np.asarray(frame["start"], dtype=np.int64), np.asarray(frame["end"], dtype=np.int64)
+    keep = np.zeros(start.size, dtype=bool)
+    for pid, idx in rows_by_process(np.asarray(frame["globalTid"]), of_tid=True):
+        for r in row_blocks(start.size, idx):
             s, e = start[r], end[r]
             for idle_s, idle_e in devices.get(int(pid), []):
                 if idle_s.size == 0:
@@ -102,15 +103,18 @@ def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.nda
     return keep
 
 
-def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
+def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]]) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
     only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
     most launches run while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
-    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``osrt``: OS runtime
-    calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
+    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``os_calls(threads,
+    keep)``: the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that ``keep``
+    (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose calls can
+    be causes (primary and launching threads of processes with GPU idle) and the calls overlapping that
+    idle, so the rest are never held; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
@@ -119,8 +123,9 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
-    if len(osrt):
-        osrt = osrt[_during_idle(osrt, devices)]
+    cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
+    cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
+    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices))
     if len(nvtx):
         nvtx = nvtx[_during_idle(nvtx, devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
@@ -140,7 +145,8 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         for mask, level in ((active, 1), (wait & is_primary, 3)):
             if mask.any():
                 rows = osrt[mask]
-                parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].to_numpy()))
+                # the names stay categorical (sorted categories, as made from the strings): no per-call strings
+                parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].array.remove_unused_categories()))
     if len(nvtx) and primary:
         on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values()))
         if len(step_ranges):  # the step ranges themselves are the windows, not causes
