@@ -142,11 +142,12 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
         is_primary = np.isin(tid, list(primary.values()))
         wait = osrt["name"].str.fullmatch(OS_WAIT).to_numpy()
         active = ~wait & (is_primary | np.isin(tid, list(launch_tids)))
+        start, end, name = osrt["start"].to_numpy(), osrt["end"].to_numpy(), osrt["name"].array
         for mask, level in ((active, 1), (wait & is_primary, 3)):
-            if mask.any():
-                rows = osrt[mask]
-                # the names stay categorical (sorted categories, as made from the strings): no per-call strings
-                parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].array.remove_unused_categories()))
+            if mask.any():  # the names stay categorical (sorted categories, as made from strings): no per-call strings
+                parts.append(_labelled({"start": start[mask], "end": end[mask]}, pid_of(tid[mask]), level,
+                                       name[mask].remove_unused_categories()))
+        del osrt, start, end, name, tid  # only the kept calls' parts stay
     if len(nvtx) and primary:
         on_primary = np.isin(nvtx["globalTid"].to_numpy(), list(primary.values()))
         if len(step_ranges):  # the step ranges themselves are the windows, not causes
@@ -172,10 +173,12 @@ def _count_per_thread(tid: np.ndarray, mask: np.ndarray) -> pd.Series:
     return counts.sort_values(ascending=False, kind="stable")
 
 
-def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
-    """Host intervals of one level; ``cause`` a label per row, kept categorical (few distinct labels)."""
-    return pd.DataFrame({"start": rows["start"].to_numpy(np.int64), "end": rows["end"].to_numpy(np.int64),
-                         "globalPid": pids, "level": level, "cause": pd.Categorical(cause)})
+def _labelled(rows, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
+    """Host intervals of one level (``rows``: start, end, a frame or a dict of arrays); ``cause`` a label per
+    row, kept categorical (few distinct labels)."""
+    starts = np.asarray(rows["start"], dtype=np.int64)
+    return pd.DataFrame({"start": starts, "end": np.asarray(rows["end"], dtype=np.int64), "globalPid": pids,
+                         "level": np.full(starts.size, level, np.int8), "cause": pd.Categorical(cause)})
 
 
 def _primary_threads(launches_per_thread: pd.Series, step_ranges: pd.DataFrame) -> dict[int, int]:
