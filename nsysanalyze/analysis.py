@@ -161,7 +161,7 @@ class Analysis:
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets", "_osrt"]
+        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets", "_munmap"]
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
@@ -226,7 +226,7 @@ class Analysis:
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
-        host = A.host_intervals(runtime, self._api_names, self._osrt, t.nvtx, self._step_ranges[0],
+        host = A.host_intervals(runtime, self._api_names, self._os_calls, t.nvtx, self._step_ranges[0],
                                 A.idle_by_process(capture, idle))
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
@@ -260,19 +260,22 @@ class Analysis:
         """NCCL kernel nameId -> collective kind (metrics.nccl_kind)."""
         return {i: M.nccl_kind(n) for i, n in self.trace.strings(self.trace.nccl_kernel_name_ids).items()}
 
+    def _os_calls(self, threads, keep) -> pd.DataFrame:
+        """The OS runtime calls (start, end, globalTid, name) on ``threads`` (globalTids, in SQL) that ``keep``
+        selects, read a chunk at a time (only those that can be attribution causes are ever held); empty
+        without OSRT."""
+        return self.trace.osrt(None, threads=threads, keep=keep)
+
+    def os_calls(self, window: tuple[int, int]) -> pd.DataFrame:
+        """The OS runtime calls (start, end, globalTid, name: categorical) overlapping ``window`` [t0, t1) ns,
+        read a chunk at a time; empty without OSRT."""
+        t0, t1 = window
+        return self.trace.osrt(None, keep=lambda chunk: (chunk["start"] < t1) & (chunk["end"] > t0))
+
     @cached_property
-    def _osrt(self) -> pd.DataFrame:
-        """Every OS runtime call (start, end, globalTid, name); empty without OSRT."""
-        return self.trace.osrt(None)
-
-    def os_calls(self) -> pd.DataFrame:
-        """Every OS runtime call (start, end, globalTid, name: categorical); empty without OSRT."""
-        return self._osrt
-
-    @property
     def _munmap(self) -> pd.DataFrame:
-        o = self._osrt
-        return o[o["name"] == "munmap"]
+        """Every munmap call (start, end, globalTid, name), selected in SQL: the CPU metrics count them exactly."""
+        return self.trace.osrt(("munmap",))
 
     @cached_property
     def _ledger_rows(self) -> pd.DataFrame:

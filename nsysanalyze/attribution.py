@@ -45,6 +45,7 @@ linear in events after the sort.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -100,14 +101,14 @@ def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -
     return out
 
 
-def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.ndarray:
-    """Rows of ``frame`` (start, end, globalTid) that overlap the GPU idle of one of their process's devices —
-    only those can be causes: [start, end) is not empty and the first idle interval ending after start
-    begins before end. Taken a block of rows at a time (bounded temporaries)."""
-    keep = np.zeros(len(frame), dtype=bool)
-    start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
-    for pid, idx in rows_by_process(frame["globalTid"].to_numpy(), of_tid=True):
-        for r in row_blocks(len(frame), idx):
+def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
+    """Rows of ``frame`` (start, end, globalTid: a frame or a dict of arrays) that overlap the GPU idle of one
+    of their process's devices — only those can be causes: [start, end) is not empty and the first idle
+    interval ending after start begins before end. Taken a block of rows at a time (bounded temporaries)."""
+    start, end = np.asarray(frame["start"], dtype=np.int64), np.asarray(frame["end"], dtype=np.int64)
+    keep = np.zeros(start.size, dtype=bool)
+    for pid, idx in rows_by_process(np.asarray(frame["globalTid"]), of_tid=True):
+        for r in row_blocks(start.size, idx):
             s, e = start[r], end[r]
             for idle_s, idle_e in devices.get(int(pid), []):
                 if idle_s.size == 0:
@@ -117,26 +118,30 @@ def _during_idle(frame: pd.DataFrame, devices: dict[int, list[tuple]]) -> np.nda
     return keep
 
 
-def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.DataFrame,
+def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]]) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
     only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
     most launches run while the GPU is busy, so this keeps the attribution small.
 
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
-    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``osrt``: OS runtime
-    calls (start, end, globalTid, name); ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
+    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``os_calls(threads,
+    keep)``: the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that ``keep``
+    (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose calls can
+    be causes (primary and launching threads of processes with GPU idle) and the calls overlapping that
+    idle, so the rest are never held; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
     """
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
+    cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
+    cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
+    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices))
     helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary, osrt)
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
-    if len(osrt):
-        osrt = osrt[_during_idle(osrt, devices)]
     if len(nvtx):
         nvtx = nvtx[_during_idle(nvtx, devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
@@ -175,10 +180,12 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], osrt: pd.Da
         is_primary = np.isin(tid, list(primary.values()))
         wait = osrt["name"].str.fullmatch(OS_WAIT).to_numpy()
         active = ~wait & (is_primary | np.isin(tid, list(launch_tids)))
+        start, end, name = osrt["start"].to_numpy(), osrt["end"].to_numpy(), osrt["name"].array
         for mask, level in ((active, OS_ACTIVE), (wait & is_primary, WAIT)):
-            if mask.any():
-                rows = osrt[mask]
-                parts.append(_labelled(rows, pid_of(tid[mask]), level, rows["name"].to_numpy()))
+            if mask.any():  # the names stay categorical (sorted categories, as made from strings): no per-call strings
+                parts.append(_labelled({"start": start[mask], "end": end[mask]}, pid_of(tid[mask]), level,
+                                       name[mask].remove_unused_categories()))
+        del osrt, start, end, name, tid  # only the kept calls' parts stay
     cols = ["start", "end", "globalPid", "level", "cause"]
     if not parts:
         return pd.DataFrame({c: [] for c in cols}).astype({"start": np.int64, "end": np.int64, "globalPid": np.int64,
@@ -226,7 +233,8 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
     """The gaps (start, end, globalTid) shorter than SHORT_GAP_NS between consecutive launch calls of the
     launching threads that are not their process's primary thread (PyTorch's autograd threads launching the
     backward): while one runs, the primary thread's OS wait is a wait for that thread's work. Only made for
-    processes whose primary thread makes OS waits (nothing to reassign otherwise)."""
+    processes whose primary thread makes OS waits during GPU idle (``osrt``: the kept OS calls; nothing to
+    reassign otherwise)."""
     cols = ["start", "end", "globalTid"]
     if not len(osrt) or not launching.any():
         return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
@@ -275,10 +283,12 @@ def _count_per_thread(tid: np.ndarray, mask: np.ndarray) -> pd.Series:
     return counts.sort_values(ascending=False, kind="stable")
 
 
-def _labelled(rows: pd.DataFrame, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
-    """Host intervals of one level; ``cause`` a label per row, kept categorical (few distinct labels)."""
-    return pd.DataFrame({"start": rows["start"].to_numpy(np.int64), "end": rows["end"].to_numpy(np.int64),
-                         "globalPid": pids, "level": level, "cause": pd.Categorical(cause)})
+def _labelled(rows, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
+    """Host intervals of one level (``rows``: start, end, a frame or a dict of arrays); ``cause`` a label per
+    row, kept categorical (few distinct labels)."""
+    starts = np.asarray(rows["start"], dtype=np.int64)
+    return pd.DataFrame({"start": starts, "end": np.asarray(rows["end"], dtype=np.int64), "globalPid": pids,
+                         "level": np.full(starts.size, level, np.int8), "cause": pd.Categorical(cause)})
 
 
 def _primary_threads(launches_per_thread: pd.Series, step_ranges: pd.DataFrame) -> dict[int, int]:

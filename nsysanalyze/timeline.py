@@ -132,8 +132,8 @@ def step_timeline(trace, report: dict) -> dict | None:
     calls = trace.runtime_named(list(api)) if api else pd.DataFrame(columns=["start", "end", "globalTid", "nameId"])
     calls = calls[(pid_of(calls["globalTid"]) == pid) & (calls["start"] >= c0) & (calls["start"] < c1)]
     calls = calls.assign(name=calls["nameId"].map(api))
-    every_os = trace.osrt(None)
-    every_os = every_os[(pid_of(every_os["globalTid"]) == pid) & (every_os["start"] < c1) & (every_os["end"] > c0)]
+    every_os = trace.osrt(None, keep=lambda chunk: (chunk["start"] < c1) & (chunk["end"] > c0))  # the step's
+    every_os = every_os[pid_of(every_os["globalTid"].to_numpy()) == pid]
     osrt = every_os.assign(lane=os_lane(every_os["name"].astype(str)))
     waits_elsewhere = (osrt["lane"] == "wait") & (osrt["globalTid"] != tid) if tid >= 0 else osrt["lane"] == "wait"
     osrt = osrt[(osrt["lane"] != "") & ~waits_elsewhere]  # helper threads wait whole steps: not drawn
@@ -146,7 +146,10 @@ def step_timeline(trace, report: dict) -> dict | None:
         ranges = pd.DataFrame({"globalPid": [pid] * (tid >= 0), "globalTid": [tid] * (tid >= 0),
                                "cpu_start": [c0] * (tid >= 0), "cpu_end": [c1] * (tid >= 0)})
         step_nvtx = nvtx[(pid_of(nvtx["globalTid"]) == pid) & (nvtx["start"] < c1) & (nvtx["end"] > c0)]
-        host = A.host_intervals(runtime, trace.api_names(), every_os, step_nvtx, ranges, {pid: [(gs, ge)]})
+        def os_calls(threads, keep):  # the step's OS calls, as the analysis reads them (host_intervals)
+            mine = every_os[np.isin(every_os["globalTid"].to_numpy(), threads)]
+            return mine[keep(mine)]
+        host = A.host_intervals(runtime, trace.api_names(), os_calls, step_nvtx, ranges, {pid: [(gs, ge)]})
         return A.interval_causes((pid, dev), gs, ge, host, A.sync_ends(runtime))
 
     return lanes(step, acts, names, nvtx.loc[inside, ["start", "end", "name"]], calls[["start", "end", "name"]],

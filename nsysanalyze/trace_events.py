@@ -265,9 +265,8 @@ def thread_tracks(a, window: tuple[int, int], pids: set[int]) -> list[tuple[int,
                                    "cuda").assign(tid=calls["globalTid"].to_numpy()), []))
     host = a.attribution_host()
     host = in_window(host[np.isin(host["level"].to_numpy(), OS_LEVELS)], window)
-    osrt = a.os_calls()
+    osrt = a.os_calls(window) if len(host) else host
     if len(host) and len(osrt):
-        osrt = in_window(osrt, window)
         used = pd.MultiIndex.from_arrays([host["start"], host["end"], host["globalPid"], host["cause"].astype(str)])
         key = pd.MultiIndex.from_arrays([osrt["start"], osrt["end"], pid_of(osrt["globalTid"].to_numpy()),
                                          osrt["name"].astype(str)])

@@ -103,9 +103,10 @@ class Trace:
         """StringIds ids of NCCL kernel names (``ncclKernel_*``, ``ncclDevKernel_*``)."""
         return tables.string_ids_like(self.conn, self.schema, "nccl%")
 
-    def osrt(self, names: tuple[str, ...] | None = ("munmap",)) -> pd.DataFrame:
-        """OS runtime calls (start, end, globalTid, name) with these names; None: every call."""
-        return tables.osrt_calls(self.conn, self.schema, names)
+    def osrt(self, names: tuple[str, ...] | None = ("munmap",), threads=None, keep=None) -> pd.DataFrame:
+        """OS runtime calls (start, end, globalTid, name) with these names (None: every call), on ``threads``
+        (globalTids; None: every thread), those ``keep`` selects chunk by chunk (:func:`tables.osrt_calls`)."""
+        return tables.osrt_calls(self.conn, self.schema, names, threads, keep)
 
     def strings(self, ids) -> dict[int, str]:
         return tables.strings(self.conn, self.schema, ids)

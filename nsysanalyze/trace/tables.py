@@ -10,6 +10,7 @@ import os
 import sqlite3
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -95,7 +96,8 @@ def _reader(conn: sqlite3.Connection) -> sqlite3.Connection | None:
 
 
 def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str = "1",
-                  chunk_rows: int | None = None, workers: int | None = None, small=(), steady=()) -> pd.DataFrame:
+                  chunk_rows: int | None = None, workers: int | None = None, small=(), steady=(),
+                  keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None) -> pd.DataFrame:
     """Integer columns (SQL expressions that are never NULL) of the rows of ``table`` matching ``where``, in rowid order.
 
     Column-wise transfer: each chunk of rowids is one ``SELECT count(*), group_concat(expr), ...``
@@ -108,13 +110,16 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     InputError on non-integers. Columns named in ``small`` are int32 while their values fit (int64 from
     the first value that does not). Columns named in ``steady`` (globalPid, deviceId, streamId: one value
     in a one-GPU, one-stream trace) are asked as min() and max() first; a chunk where they are equal sends no text
-    for them, and the first chunk where they are not turns that off.
+    for them, and the first chunk where they are not turns that off. ``keep`` (columns of one chunk by name ->
+    mask of the rows to keep) filters each chunk as it arrives, so only the kept rows are ever held together.
     """
     names = list(exprs)
     select = ", ".join(exprs.values())
     if not COLUMNAR:
         frame = fetch_int_frame(conn, f'SELECT {select} FROM "{table}" WHERE {where}', names,
                                 f'SELECT count(*) FROM "{table}" WHERE {where}', table)
+        if keep is not None:
+            frame = frame[keep({name: frame[name].to_numpy() for name in names})].reset_index(drop=True)
         check_summable(frame, table)
         return frame
     chunk_rows = chunk_rows or CHUNK_ROWS
@@ -161,6 +166,9 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
             rows = fetch_int_frame(c, f'SELECT {select} FROM "{table}" WHERE {scopes[j]}({where})', names,
                                    f'SELECT count(*) FROM "{table}" WHERE {scopes[j]}({where})', table)
             cols = [rows[name].to_numpy() for name in names]
+        if keep is not None and n:
+            mask = keep(dict(zip(names, cols)))
+            cols = [col[mask] for col in cols]
         with lock:  # copy finished chunks in order
             pending[j] = cols
             while filled[0] in pending:
@@ -444,20 +452,30 @@ def nvtx_event_type_counts(conn: sqlite3.Connection, schema: Schema) -> dict[int
     return {int(t): int(n) for t, n in conn.execute(f"SELECT eventType, count(*) FROM {NVTX} GROUP BY eventType")}
 
 
-def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None) -> pd.DataFrame:
+def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None, threads=None,
+               keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None) -> pd.DataFrame:
     """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name
-    (categorical: a trace's millions of calls have a few dozen names). Read column-wise
-    (:func:`fetch_columns`); the names once per distinct nameId; calls whose nameId has no string are left out."""
+    (categorical: a trace's millions of calls have a few dozen names). ``threads`` (globalTids) keeps only
+    the calls of those threads (in SQL); ``keep`` (start, end, globalTid arrays of a chunk -> row mask) filters
+    each chunk as it is read (:func:`fetch_columns`), so only the kept calls are ever held. Read column-wise;
+    the names once per distinct nameId; calls whose nameId has no string are left out."""
     columns = ["start", "end", "globalTid", "name"]
+    empty = pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
     if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
-        return pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
+        return empty
     where = '"end" IS NOT NULL AND start IS NOT NULL AND globalTid IS NOT NULL AND nameId IS NOT NULL'
     if names is not None:
         ids = [r[0] for r in conn.execute(f"SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
                                           names)]
+        if not ids:  # no such name in the export: no call can have it
+            return empty
         where += f" AND nameId IN ({_id_list(ids)})"
+    if threads is not None:
+        if not len(threads):
+            return empty
+        where += f" AND globalTid IN ({_id_list(threads)})"
     df = fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
-                       where, small=("nameId",))
+                       where, small=("nameId",), steady=("globalTid",), keep=keep)
     name_id = df.pop("nameId").to_numpy()
     found = strings(conn, schema, np.unique(name_id))
     ids = np.array(sorted(found), dtype=np.int64)

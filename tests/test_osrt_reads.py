@@ -1,0 +1,72 @@
+"""OS runtime calls are read only where they can matter (issue 20): the attribution's calls on the threads
+that can hold causes, kept chunk by chunk while read when they overlap GPU idle; munmap by name. The
+result equals reading every call and filtering in memory, as the code did before."""
+import pandas as pd
+import pytest
+
+import nsysanalyze
+from nsysanalyze import attribution as A
+from nsysanalyze.trace import Trace, tables
+from conftest import fixture_trace
+from tiny import TinyTrace, gtid
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_osrt_calls_by_thread_and_kept_chunk_by_chunk(tmp_path, monkeypatch, columnar):
+    """Unit test on a tiny trace built here (real nsys schema): ``threads`` selects in SQL, ``keep`` sees each
+    chunk's columns and only its rows come back, in rowid order; with 2-row chunks the 7 calls span 4 chunks."""
+    monkeypatch.setattr(tables, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(tables, "COLUMNAR", columnar)
+    t = TinyTrace(tmp_path / "osrt.sqlite")
+    t.process(100)
+    main, helper, other = gtid(100, 1), gtid(100, 2), gtid(100, 3)
+    for start, end, tid, name in [(10, 20, main, "poll"), (30, 31, helper, "munmap"), (40, 90, other, "read"),
+                                  (50, 60, main, "munmap"), (70, 71, main, "pthread_cond_signal"),
+                                  (80, 99, helper, "futex"), (100, 130, main, "read")]:
+        t.osrt(start, end, tid, name)
+    path = t.close()
+    seen = []
+
+    def longer_than_5(cols):
+        seen.append(len(cols["start"]))
+        return cols["end"] - cols["start"] > 5
+
+    with Trace(path) as trace:
+        got = trace.osrt(None, threads=[main, helper], keep=longer_than_5)
+        none = trace.osrt(None, threads=[])
+        munmap = trace.osrt(("munmap",))
+    assert got["start"].tolist() == [10, 50, 80, 100] and got["end"].tolist() == [20, 60, 99, 130]
+    assert got["globalTid"].tolist() == [main, main, helper, main]
+    assert got["name"].tolist() == ["poll", "munmap", "futex", "read"]
+    assert sum(seen) == 6 and (len(seen) > 1 if columnar else seen == [6])  # the other thread's call never read
+    assert none.empty and list(none.columns) == ["start", "end", "globalTid", "name"]
+    assert munmap["start"].tolist() == [30, 50]
+
+
+@pytest.mark.parametrize("name", ["resnet18_baseline.sqlite", "vit_l32_ddp.sqlite", "tinyops_eager.sqlite"])
+def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch):
+    """On real exports: the host intervals made from the calls read by thread (SQL) and kept while read
+    (chunks of 1,000 rows) equal those made from every OS runtime call filtered by GPU idle in memory (the
+    code before issue 20), and fewer calls than every call are held."""
+    monkeypatch.setattr(tables, "CHUNK_ROWS", 1000)
+    calls = {}
+    real = A.host_intervals
+
+    def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices):
+        def reading(threads, keep):
+            calls["read"] = os_calls(threads, keep)
+            return calls["read"]
+        calls["args"] = (runtime, api_names, nvtx, step_ranges, devices)
+        calls["host"] = real(runtime, api_names, reading, nvtx, step_ranges, devices)
+        return calls["host"]
+
+    monkeypatch.setattr(A, "host_intervals", spy)
+    with nsysanalyze.open(fixture_trace(name)) as a:
+        a.gaps()
+        every = a.trace.osrt(None)
+    runtime, api_names, nvtx, step_ranges, devices = calls["args"]
+    every_idle = every[A._during_idle(every, devices)].reset_index(drop=True)
+    expected = real(runtime, api_names, lambda threads, keep: every_idle, nvtx, step_ranges, devices)
+    pd.testing.assert_frame_equal(calls["host"], expected)
+    assert (calls["host"]["level"] == A.OS_ACTIVE).any()  # OS runtime causes are there to compare
+    assert 0 < len(calls["read"]) <= len(every_idle) < len(every)
