@@ -227,7 +227,7 @@ class Analysis:
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
         host = A.host_intervals(runtime, self._api_names, self._os_calls, t.nvtx, self._step_ranges[0],
-                                A.idle_by_process(capture, idle))
+                                A.idle_by_process(capture, idle), t.mpi)
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
         del runtime  # the runtime calls are done with: released before the attribution

@@ -11,7 +11,7 @@ the first of these host states that holds at that instant (precedence, highest f
    while the GPU idles is loading or JIT-compiling its module: lazy loading on first launch), or an
    allocation call of at least LONG_INIT_NS while the GPU idles (``cudaFree(0)``, the first
    ``cudaMalloc``: CUDA context creation);
-1. ``cuda_blocking`` — a CUDA call that holds the host while the GPU idles: synchronous memcpy,
+1. ``cuda_blocking`` — a CUDA call (or an MPI call of nsys' MPI trace) that holds the host while the GPU idles: synchronous memcpy,
    ``cuda*Synchronize``, ``cudaMalloc``/``cudaFree``/``cudaHostAlloc`` …, and ``cudaMemcpyAsync``
    (which blocks when the host memory is pageable; cause = API name);
 2. ``os_runtime`` — an OS runtime call that does work (munmap, mmap, read, write, ioctl, …) on such
@@ -119,7 +119,8 @@ def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
 
 
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
-                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]]) -> pd.DataFrame:
+                   nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]],
+                   mpi: pd.DataFrame | None = None) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
     only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
     most launches run while the GPU is busy, so this keeps the attribution small.
@@ -129,7 +130,9 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     keep)``: the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that ``keep``
     (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose calls can
     be causes (primary and launching threads of processes with GPU idle) and the calls overlapping that
-    idle, so the rest are never held; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty.
+    idle, so the rest are never held; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty;
+    ``mpi``: MPI calls (start, end, globalTid, name) of nsys' MPI trace: blocking calls (the host held by the
+    library: Open MPI busy-polls, so no OS wait shows), cause = the call's name.
     """
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
@@ -158,6 +161,10 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
         if mask.any():
             rows = runtime[mask]
             parts.append(_labelled(rows, rt_pid[mask], level, rows["nameId"].map(base_names).fillna("cuda call").to_numpy()))
+    if mpi is not None and len(mpi):
+        mpi = mpi[_during_idle(mpi, devices)]
+        if len(mpi):
+            parts.append(_labelled(mpi, pid_of(mpi["globalTid"].to_numpy()), BLOCKING, mpi["name"].to_numpy()))
     ranges = _primary_ranges(nvtx, primary, step_ranges, warming)
     if len(ranges):
         parts.append(_labelled(ranges, pid_of(ranges["globalTid"].to_numpy()), RANGE, ranges["cause"].to_numpy()))

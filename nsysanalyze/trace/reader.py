@@ -108,6 +108,10 @@ class Trace:
         (globalTids; None: every thread), those ``keep`` selects chunk by chunk (:func:`tables.osrt_calls`)."""
         return tables.osrt_calls(self.conn, self.schema, names, threads, keep)
 
+    @cached_property
+    def mpi(self) -> pd.DataFrame:
+        return tables.mpi_calls(self.conn, self.schema)
+
     def strings(self, ids) -> dict[int, str]:
         return tables.strings(self.conn, self.schema, ids)
 

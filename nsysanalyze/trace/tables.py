@@ -488,6 +488,22 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
     return df[columns]
 
 
+MPI_EVENT_TABLES = ("MPI_COLLECTIVES_EVENTS", "MPI_P2P_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS")
+
+
+def mpi_calls(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
+    """MPI calls of nsys' MPI trace (--trace=mpi; its MPI_*_EVENTS tables): start, end, globalTid, name (the
+    call, e.g. MPI_Allreduce, from StringIds by textId). MPI calls are few: read as rows."""
+    columns = ["start", "end", "globalTid", "name"]
+    parts = []
+    for table in MPI_EVENT_TABLES:
+        if schema.has(table, "start", "end", "globalTid", "textId") and schema.has("StringIds", "id", "value"):
+            parts += conn.execute(f'SELECT m.start, m."end", m.globalTid, s.value FROM "{table}" m JOIN StringIds s '
+                                  'ON s.id = m.textId WHERE m.start IS NOT NULL AND m."end" IS NOT NULL').fetchall()
+    frame = pd.DataFrame(parts, columns=columns)
+    return frame.astype({"start": np.int64, "end": np.int64, "globalTid": np.int64, "name": object})
+
+
 def processes(conn: sqlite3.Connection, schema: Schema) -> pd.DataFrame:
     """Processes: globalPid, pid, name."""
     if not schema.has("PROCESSES", "globalPid", "pid", "name"):
