@@ -13,7 +13,7 @@ from rich.console import Console
 from conftest import fixture_trace, shared_trace
 from nsysanalyze import framework as F
 from nsysanalyze import ranks
-from nsysanalyze.analysis import report as analyze_file
+from nsysanalyze.render.contract import report_of as analyze_file
 from nsysanalyze.render import html
 from nsysanalyze.render import ranks as ranks_render
 from nsysanalyze.render.format import trace_line
