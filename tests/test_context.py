@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from evidence import ledger_of
 from conftest import fixture_trace, shared_trace
 from nsysanalyze import framework as F
 from nsysanalyze import ranks
@@ -221,10 +222,12 @@ def test_rank_table_text_has_the_waits_column(resnet):
 # ---- collectives by pattern -----------------------------------------------------------------------------
 
 def ev(scope="step median", facts=None, framework="pytorch", **m):
-    base = {"window_ns": 100 * MS, "idle_fraction": 0.0, "idle_ns": 0.0}
+    # the host runs ahead and waits 50 ms a step on the full launch queue: the GPU's work sets the step
+    base = {"window_ns": 100 * MS, "idle_fraction": 0.0, "idle_ns": 0.0, "launch_ns": 50 * MS}
     base.update(m)
+    gaps = Evidence.__dataclass_fields__["gaps"].default_factory()
     return Evidence(globalPid=1, deviceId=0, scope=scope, m=base, facts={"gpu_devices": 2, **(facts or {})},
-                    framework=framework)
+                    framework=framework, ledger=ledger_of(base, gaps))
 
 
 def nccl(kind, count, ns, exposed):
@@ -285,20 +288,20 @@ def test_allreduce_through_host_memory_is_a_finding_of_its_own():
     the gain is that wait (what an all-reduce on the GPUs would no longer leave idle, at most)."""
     from nsysanalyze.rules import ddp
 
-    def make(**m):
-        return Evidence(globalPid=1, deviceId=0, scope="step median",
-                        m={"window_ns": 100 * MS, "dtoh_bytes": 25e6, "htod_bytes": 25.3e6, **m},
-                        gaps=pd.DataFrame({"cause_kind": ["os_wait"], "cause": ["pthread_cond_wait"], "ns": [40.0 * MS],
-                                           "before_launch_ns": [0.0], "after_sync_ns": [0.0], "short_gap_ns": [0.0],
-                                           "short_after_sync_ns": [0.0]}), framework="pytorch")
+    def make(cause_kind="os_wait", cause="pthread_cond_wait", **m):
+        m = {"window_ns": 100 * MS, "idle_ns": 40 * MS, "dtoh_bytes": 25e6, "htod_bytes": 25.3e6, **m}
+        gaps = pd.DataFrame({"cause_kind": [cause_kind], "cause": [cause], "ns": [40.0 * MS],
+                             "before_launch_ns": [0.0], "after_sync_ns": [0.0], "short_gap_ns": [0.0],
+                             "short_after_sync_ns": [0.0]})
+        return Evidence(globalPid=1, deviceId=0, scope="step median", m=m, gaps=gaps, framework="pytorch",
+                        ledger=ledger_of(m, gaps))
     f = ddp.host_allreduce(make())
     assert f.rule == "allreduce-through-host" and f.gain_ns == 40 * MS and 'init_process_group("nccl")' in f.snippet
     assert ddp.host_allreduce(make(nccl_count=4)) is None           # NCCL does the reduction
     assert ddp.host_allreduce(make(htod_bytes=200e6)) is None       # an input upload, not gradients coming back
     plain = ddp.host_allreduce(Evidence(**{**make().__dict__, "framework": "cuda"}))
     assert plain.snippet == "" and "CUDA-aware MPI" in plain.fix
-    mpi = make()
-    mpi.gaps = mpi.gaps.assign(cause_kind="mpi", cause="MPI_Allreduce")  # a host-staged MPI all-reduce's wait
+    mpi = make(cause_kind="cuda_blocking", cause="MPI_Allreduce")  # a host-staged MPI all-reduce's wait
     assert ddp.host_allreduce(mpi).gain_ns == 40 * MS
 
 

@@ -52,12 +52,12 @@ def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch
     calls = {}
     real = A.host_intervals
 
-    def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices):
+    def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices, mpi=None):
         def reading(threads, keep):
             calls["read"] = os_calls(threads, keep)
             return calls["read"]
         calls["args"] = (runtime, api_names, nvtx, step_ranges, devices)
-        calls["host"] = real(runtime, api_names, reading, nvtx, step_ranges, devices)
+        calls["host"] = real(runtime, api_names, reading, nvtx, step_ranges, devices, mpi)
         return calls["host"]
 
     monkeypatch.setattr(A, "host_intervals", spy)

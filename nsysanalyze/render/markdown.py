@@ -70,7 +70,7 @@ def render(report: dict, sections=("summary", "steps", "findings"), top: int | N
             out += ["", f"{SUBRANGES_TITLE}:", ""]
             out += _table(["range", "time", "share of step"], [[n, ms(ns), pct(sh)] for n, ns, sh in sub])
         out.append("")
-    ledger = ledger_cells(report) if "steps" in sections else []
+    ledger = ledger_cells(report) if "findings" in sections else []
     if ledger:
         out += [f"### {ledger_title(report)}", ""] + _table(LEDGER_HEADERS, ledger) + [""]
     return "\n".join(out)

@@ -252,7 +252,8 @@ def print_headline(report: dict, console: Console) -> None:
 
 
 def print_tables(report: dict, console: Console, sections) -> None:
-    """The summary table, then the per-step table (fitted to the width) and the CPU sub-ranges."""
+    """The summary table, then the per-step table (fitted to the width), the CPU sub-ranges and, beside the
+    findings (diagnose --details), the ledger."""
     table = summary_table(report) if "summary" in sections else None
     if table is not None:
         console.print(table)
@@ -264,7 +265,7 @@ def print_tables(report: dict, console: Console, sections) -> None:
     table = subranges_table(report)
     if table is not None:
         console.print(table)
-    table = ledger_table(report)
+    table = ledger_table(report) if "findings" in sections else None  # diagnose --details: beside its findings
     if table is not None:
         console.print(table)
 
