@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,13 @@ from tiny import TinyTrace, gtid
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("NSYSANALYZE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))  # a worktree elsewhere: set it
 FIXTURES = ROOT / "fixtures"
+# Ranks of one 8-rank capture are one shape: tests that run per file take the fast rank 0 and the slow rank 3
+REPEATED_RANKS = re.compile(r"gloo_8rank(_slow)?_[124567]\.sqlite$")
+
+
+def per_file_fixtures() -> list[Path]:
+    """The fixtures for tests that check every file: all of them, the 8-rank jobs by two ranks each."""
+    return [p for p in sorted(FIXTURES.glob("*.sqlite")) if not REPEATED_RANKS.search(p.name)]
 
 
 def shared_trace(rel: str) -> Path:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import per_file_fixtures
 from hostile import MARKDOWN_PAYLOAD, TERMINAL_PAYLOAD, hostile_copy
 from test_hostile import (COPY_NAMED, CONTROL, ROOT, TIMEOUT, _gone, cached, fake_nsys, int64_edge_trace,
                           literal_markdown, one_line_error, rep_naming, run_cli)
@@ -400,7 +401,7 @@ def test_23_6_system_paths_and_versions_are_not_identifying():
     assert {s: flag(s) for s in SYSTEM_STRINGS} == dict.fromkeys(SYSTEM_STRINGS)
 
 
-FIXTURES = sorted((ROOT / "fixtures").glob("*.sqlite"))
+FIXTURES = per_file_fixtures()
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])

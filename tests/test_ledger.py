@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import nsysanalyze
-from conftest import FIXTURES, P, SHARED_TRACES, shared_trace
+from conftest import FIXTURES, P, SHARED_TRACES, per_file_fixtures, shared_trace
 from nsysanalyze.compare import compare
 from nsysanalyze.ledger import Ledger, WhatIf, host_work_ns
 from nsysanalyze.render.contract import report as contract_report
@@ -25,7 +25,7 @@ def bench_module(name: str):
 
 fix_pairs = bench_module("fix_pairs")
 
-REAL = sorted(FIXTURES.glob("*.sqlite")) + sorted(SHARED_TRACES.glob("*/*.sqlite"))
+REAL = per_file_fixtures() + sorted(SHARED_TRACES.glob("*/*.sqlite"))
 
 
 def rows_of(ledger, pid, dev, window, step):

@@ -3,7 +3,6 @@ diagnosis that fits its program — its framework, its collectives, its own step
 for a program that is not PyTorch."""
 import pytest
 
-import nsysanalyze
 from nsysanalyze.render.contract import report_of as analyze_file
 
 from conftest import shared_trace

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, SHARED_TRACES, fixture_trace, shared_trace
+from conftest import SHARED_TRACES, per_file_fixtures, shared_trace
 from tiny import TinyTrace, gpid
 from nsysanalyze.trace import Trace, tables
 from nsysanalyze.trace.tables import pid_of
@@ -34,7 +34,7 @@ def nvtx_by_one_join(conn: sqlite3.Connection) -> pd.DataFrame:
 
 
 def nvtx_traces() -> list:
-    paths = sorted(SHARED_TRACES.glob("*/*.sqlite")) + sorted(FIXTURES.glob("*.sqlite"))
+    paths = sorted(SHARED_TRACES.glob("*/*.sqlite")) + per_file_fixtures()
     return [p for p in paths if "NVTX_EVENTS" in Trace(p).schema.columns] or [pytest.param(None, marks=pytest.mark.skip)]
 
 

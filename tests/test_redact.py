@@ -159,9 +159,9 @@ def summary_metrics(path) -> str:
 
 
 def every_export():
-    from conftest import FIXTURES, SHARED_TRACES
+    from conftest import SHARED_TRACES, per_file_fixtures
 
-    found = sorted(FIXTURES.glob("*.sqlite")) + sorted(SHARED_TRACES.glob("*/*.sqlite"))
+    found = per_file_fixtures() + sorted(SHARED_TRACES.glob("*/*.sqlite"))
     return found or [pytest.param(None, marks=pytest.mark.skip(reason="no fixtures or shared traces"))]
 
 

@@ -86,3 +86,42 @@ def test_attribution_in_slices_equals_one_pass(monkeypatch):
 
     one, sliced = gaps(1 << 30), gaps(97)
     assert len(one) > 5 and one.equals(sliced)
+
+
+# ---- the second session's captures (issue 22.9): the cause each was built to have is the top finding ----
+@pytest.mark.parametrize("name,top", [
+    ("checkpoint_per_step.sqlite", "file-io"),              # torch.save every step: fopen/writev
+    ("empty_cache_per_step.sqlite", "allocator-churn"),     # torch.cuda.empty_cache() every step
+    ("compile_warmup.sqlite", "warmup-capture"),            # torch.compile from the first iteration: 5.9 s in step 0
+    ("link_bound.sqlite", "link-bound"),                    # pinned copies at the link's rate, nothing to hide under
+    ("cupy_pageable.sqlite", "pin-memory"),                 # CuPy ndarray.set() from pageable memory
+    ("cupy_managed.sqlite", "unified-memory"),              # managed memory touched by host and device
+    ("optimizer_unfused.sqlite", "unfused-optimizer"),      # AdamW(foreach=False) on 258 parameter tensors
+    ("hook_sync.sqlite", "host-sync"),                      # torch.cuda.synchronize() in 49 forward hooks
+    ("workers_nonpersistent.sqlite", "periodic-stall"),     # the DataLoader forks its workers every epoch
+    ("jax_pageable.sqlite", "dataloader-workers"),          # JAX: the batch built in 'get batch' before the step
+    ("gloo_8rank_0.sqlite", "allreduce-through-host"),      # DDP with gloo: gradients reduced through the host
+    ("mpi_hoststaged_0.sqlite", "allreduce-through-host"),  # mpi4py + CuPy: MPI_Allreduce on host buffers
+])
+def test_new_captures_top_finding_follows_the_cause(name, top):
+    assert findings(name)[0].rule == top
+
+
+def test_jax_and_cupy_get_their_own_words():
+    jax = findings("jax_pageable.sqlite")[0]
+    assert "jax.device_put" in jax.snippet and "DataLoader" not in jax.fix + jax.snippet
+    cupy = [f for f in findings("cupy_pageable.sqlite") if f.rule == "pin-memory"][0]
+    assert "cupyx.empty_pinned" in cupy.snippet
+
+
+def test_eight_real_rank_files_end_to_end_with_jobs():
+    """diagnose of the slow 8-rank gloo job's files with --jobs: one job, aligned, rank 3 named by waiting."""
+    import subprocess
+    import sys
+
+    files = [str(fixture_trace(f"gloo_8rank_slow_{r}.sqlite")) for r in range(8)]
+    out = subprocess.run([sys.executable, "-m", "nsysanalyze", "diagnose", "--jobs", "2", *files],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "Likely straggler: rank 3: host work before the first launch" in out.stdout
+    assert "Ranks aligned by session start (UTC)" in out.stdout

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, fixture_trace
+from conftest import fixture_trace, per_file_fixtures
 from nsysanalyze.cli import cli
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMAS = resources.files("nsysanalyze") / "schema"
 DOCS = (Path(__file__).parent.parent / "docs" / "json.md").read_text()
-FILES = sorted(FIXTURES.glob("*.sqlite"))
+FILES = per_file_fixtures()
 
 
 def schema(name):
