@@ -160,6 +160,8 @@ class Ledger:
 
     @classmethod
     def of(cls, rows: pd.DataFrame, m: dict[str, float]) -> "Ledger":
+        """The unclaimed ledger of ``rows`` (:func:`scope_rows`) with the window, busy and host work of ``m``
+        (the evidence's metrics: window_ns, busy_ns, and host_work_ns's inputs)."""
         return cls(rows=rows, window_ns=float(m.get("window_ns") or 0.0), busy_ns=float(m.get("busy_ns") or 0.0),
                    host_work_ns=host_work_ns(m), claimed=("",) * len(rows))
 
@@ -214,11 +216,6 @@ class Ledger:
         mask = mask & self.free
         claimed = tuple(rule if m else c for c, m in zip(self.claimed, mask))
         return Ledger(self.rows, self.window_ns, self.busy_ns, self.host_work_ns, claimed)
-
-    def records(self) -> list[dict]:
-        """Rows as plain dicts with ``claimed_by`` (None while unclaimed)."""
-        out = self.rows.assign(claimed_by=[c or None for c in self.claimed])
-        return out.to_dict("records")
 
 
 EMPTY_ROWS = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "what", "cause") else bool) for c in ROW_KEYS}
