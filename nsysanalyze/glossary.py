@@ -50,8 +50,8 @@ GLOSSARY: dict[str, str] = {
               "row is claimed twice.",
     "host work": "The host's own work in the window: its CPU range less the time it waits for the GPU in syncs, "
                  "blocking copies and launches. A step cannot get shorter than it.",
-    "all fixes together": "The window after every finding's fix at once: the window less their gains, never below "
-                          "the GPU or host work they leave.",
+    "all fixes together": "The window after every finding's fix at once (gpu-idle-unexplained, the idle no fix "
+                          "names, aside): the window less their gains, never below the GPU or host work they leave.",
     "confidence": "How sure the rule is that its cause is the right one (direct evidence: high; inferred: lower).",
     "severity": "The finding's gain as a share of the step: high ≥ 20%, medium ≥ 5%, low below; info: no gain.",
     "pp": "Percentage points: the difference of two percentages (12.0% → 15.0% is +3.0 pp).",

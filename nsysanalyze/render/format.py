@@ -220,7 +220,8 @@ def headline(report: dict, device: dict) -> str:
 def combined_text(report: dict, global_pid: int, device_id: int) -> str:
     """' · all 3 fixes together: up to 250.1 ms, 74.7% of the step' (the ledger's combined estimate) when
     more than one finding of the device has a gain, else ''."""
-    gains = [f for f in device_findings(report, global_pid, device_id) if f["gain_ns"] > 0]
+    gains = [f for f in device_findings(report, global_pid, device_id)
+             if f["gain_ns"] > 0 and f["rule"] != "gpu-idle-unexplained"]  # the residual idle is no fix
     mine = [x for x in report.get("ledger") or [] if (x["globalPid"], x["deviceId"]) == (global_pid, device_id)]
     if len(gains) < 2 or not mine or not mine[0]["window_ns"]:
         return ""

@@ -158,7 +158,8 @@ EXPLAINED_SHARE = 0.5     # ...at least this share of it by the idle rules' find
 @dataclass
 class Diagnosis:
     """One device's findings, its ledger with the rows each finding claimed, and the window after all of
-    the proposed fixes together (``combined``: nsysanalyze.ledger.combined)."""
+    the proposed fixes together (``combined``: nsysanalyze.ledger.combined; gpu-idle-unexplained, the idle no
+    fix names, is not one of them)."""
 
     evidence: Evidence
     findings: list[Finding]
@@ -208,7 +209,8 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
             for f in mine:  # steady-state advice read from a warm-up capture is a guess: the warm-up leads
                 if f.rule != "warmup-capture":
                     f.confidence, f.residual = round(f.confidence * 0.5, 2), True
-        out.append(Diagnosis(ev, order(mine), ev.ledger, combined(ev.ledger, [f.what_if for f in mine if f.what_if])))
+        fixes = [f.what_if for f in mine if f.what_if and f.rule != "gpu-idle-unexplained"]  # the residual is no fix
+        out.append(Diagnosis(ev, order(mine), ev.ledger, combined(ev.ledger, fixes)))
     return out
 
 
