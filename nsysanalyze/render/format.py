@@ -284,7 +284,7 @@ def trace_line(report: dict) -> str:
 
 def nsys_versions(trace: dict) -> str:
     """'nsys 2023.4.4.54', or 'nsys 2020.3.2 (exported with 2023.4.4.54)' when another nsys recorded the trace."""
-    exporter, recorder = trace["nsys_version"], trace.get("recorder_nsys_version")
+    exporter, recorder = trace.get("nsys_version"), trace.get("recorder_nsys_version")
     if recorder and exporter and not exporter.startswith(recorder):
         return f"nsys {recorder} (exported with {exporter})"
     return f"nsys {exporter or recorder or '?'}"

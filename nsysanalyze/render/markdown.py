@@ -44,7 +44,7 @@ def render(report: dict, sections=("summary", "steps", "findings"), top: int | N
     report = keeping_snippets(report, for_markdown)  # trace strings shown literally, never as markdown
     t = report["trace"]
     out = [f"## nsysanalyze: {code_span(t['path'])}", "",
-           f"{nsys_versions(t)} (schema {t['schema_version'] or '?'}), "
+           f"{nsys_versions(t)} (schema {t.get('schema_version') or '?'}), "
            f"{len(t['processes'])} process(es), {len(t['devices'])} GPU(s)"
            + (f", steps {code_span(step_names(report))}" if t.get("step_family") else ""), ""]
     for head, nxt in headlines(report):
