@@ -411,7 +411,7 @@ class Analysis:
         rows = self._ledger_rows
         mine = rows[(rows["globalPid"] == pid) & (rows["deviceId"] == dev) & (rows["window"] == "step")
                     & (rows["kind"] == "idle") & rows["step"].isin(stalls["step"])]
-        top = mine.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+        top = L.cause_totals(mine)
         idle = float(mine["ns"].sum())
         return {"stall_steps": float(len(stalls)), "steady_step_count": float(len(closed)),
                 "stall_excess_ns": float(w.mean()) - median, "stall_step_ns": float(np.median(stalls["window_ns"])),

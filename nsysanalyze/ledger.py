@@ -94,6 +94,11 @@ def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]
     return out
 
 
+def cause_totals(rows: pd.DataFrame) -> pd.Series:
+    """ns per (what, cause) of ledger rows, largest first (ties in their order of appearance)."""
+    return rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+
+
 def host_work_ns(m: dict[str, float]) -> float:
     """The host's own work in the window (ns): its CPU range (``cpu_ns``, the window itself for captures and
     inferred steps; at most the window) less the time its threads spend in CUDA calls that wait for the GPU
@@ -198,6 +203,10 @@ class Ledger:
     def ns(self, mask: np.ndarray) -> float:
         """Sum of the rows' ns under ``mask``."""
         return float(self.rows["ns"].to_numpy()[mask].sum()) if mask.size else 0.0
+
+    def causes(self, mask: np.ndarray) -> pd.Series:
+        """ns per (what, cause) of the rows under ``mask``, largest first (:func:`cause_totals`)."""
+        return cause_totals(self.rows[mask])
 
     def busy_ns_of(self, *classes: str) -> float:
         """GPU time of ``classes`` in the scope, claimed or not."""

@@ -18,9 +18,10 @@ clipped to the window; counts and bytes are attributed by activity start):
 - dtod_* (copyKind 8) and ptop_* (copyKind 10): bytes, count, ns
 - htod_* / dtoh_*: bytes split by host memory kind (pageable srcKind/dstKind 0, pinned 1);
   dtoh_hidden_ns = |DtoH copies ∩ kernels|
-- launch_* / sync_copy_* / sync_wait_* / async_copy_* / alloc_*: CUDA API calls on the window's CPU
+- launch_* / sync_copy_* / sync_wait_* / async_copy_* / module_load_* / alloc_*: CUDA API calls on the window's CPU
   thread(s): kernel launches, synchronous memcpy APIs (no ``Async``), explicit synchronizations,
-  ``*Async`` copies (which block the host too when the host memory is pageable), and
+  ``*Async`` copies (which block the host too when the host memory is pageable), module loads
+  (``cuModuleLoad*``, ``cuLibraryLoad*``: warm-up), and
   allocations/frees of device or pinned memory
 - munmap_count/munmap_ns: munmap calls in the CPU range; munmap_gpu_idle_ns = GPU idle in the
   window that coincides with them (|munmap - busy|)

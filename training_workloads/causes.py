@@ -74,6 +74,14 @@ def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, pr
     return sched
 
 
+def _resident_steps(model, optimizer, x, y, sched, annotate) -> None:
+    """The schedule's steps on one resident batch (``Step i`` ranges around _train_step)."""
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+
+
 def _train_step(model, optimizer, x, y, annotate):
     """forward / backward / optimizer ranges of one classification step; returns the loss tensor."""
     import torch
@@ -110,10 +118,7 @@ def _optimizer(mode, sched, annotate, dev) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **kind)
     x = torch.randn(TINY_BATCH, TINY_WIDTH, device=dev)
     y = torch.randint(0, 10, (TINY_BATCH,), device=dev)
-    for i in range(sched.total):
-        sched.before_step(i)
-        with annotate(f"Step {i}", color="blue"):
-            _train_step(model, optimizer, x, y, annotate)
+    _resident_steps(model, optimizer, x, y, sched, annotate)
     return TINY_BATCH
 
 
@@ -224,10 +229,7 @@ def _launchbound(mode, sched, annotate, dev) -> int:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     x = torch.randn(batch, TINY_WIDTH, device=dev)
     y = torch.randint(0, 10, (batch,), device=dev)
-    for i in range(sched.total):
-        sched.before_step(i)
-        with annotate(f"Step {i}", color="blue"):
-            _train_step(model, optimizer, x, y, annotate)
+    _resident_steps(model, optimizer, x, y, sched, annotate)
     return batch
 
 
@@ -242,10 +244,7 @@ def _hook(mode, sched, annotate, dev) -> int:
         for m in hooked:
             m.register_forward_hook(lambda *_: torch.cuda.synchronize())
         print(f"INFO hook-sync: {len(hooked)} forward hooks with torch.cuda.synchronize()", file=sys.stderr)
-    for i in range(sched.total):
-        sched.before_step(i)
-        with annotate(f"Step {i}", color="blue"):
-            _train_step(model, optimizer, x, y, annotate)
+    _resident_steps(model, optimizer, x, y, sched, annotate)
     return RESNET_BATCH
 
 

@@ -231,9 +231,8 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     explained = max(0.0, idle_ns - unclaimed) if len(ev.ledger.rows) else 0.0
     if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty or not unclaimed:
         return None
-    rows = ev.ledger.rows[free].rename(columns={"what": "cause_kind"})
-    top = (rows.groupby(["cause_kind", "cause"], as_index=False, sort=False)["ns"].sum()
-           .sort_values("ns", ascending=False, kind="stable").head(3).to_dict("records"))  # the largest unclaimed causes
+    top = [{"cause_kind": kind, "cause": cause, "ns": float(ns)}  # the largest unclaimed causes
+           for (kind, cause), ns in ev.ledger.causes(free).head(3).items()]
     causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {ms(r['ns'])})" for r in top)
     first = top[0]
     what = {"warmup": f"warm-up ({first['cause']})", "nvtx_range": f"the host work inside '{first['cause']}'",

@@ -145,8 +145,7 @@ def host_sync(ev: Evidence) -> Finding | None:
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(SYNC_FIX, ev.framework)
-    rows = ledger.rows[waits & ledger.idle(after_sync=True)]
-    top = rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    top = ledger.causes(waits & ledger.idle(after_sync=True))
     where = f" (mostly while the host works in '{top.index[0][1]}')" if len(top) and top.index[0][0] == "nvtx_range" else ""
     queued = ledger.busy_ns
     # without the syncs the host queues work ahead: the launch gaps between syncs close too, as far as the

@@ -171,8 +171,7 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
     pre_ns = ledger.ns(claim)
     if not pre_ns:
         return None
-    rows = ledger.rows[claim]
-    top = rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    top = ledger.causes(claim)
     (top_kind, top_cause), top_ns = top.index[0], float(top.iloc[0])
     loading = loads_data(ev)
     # DataLoader workers hand batches over shared memory (munmap), and the main thread waits for them
