@@ -51,6 +51,7 @@ def main(path: str) -> None:
     from nsysanalyze import attribution as A
     from nsysanalyze import metrics as M
     from nsysanalyze.render import json as json_render
+    from nsysanalyze.render.contract import report
     clock.add("imports", time.perf_counter() - w0, time.process_time() - c0)
     pass_parts = [(M, "gpu_metrics", "pass: GPU metrics"), (M, "busy_coverage", "pass: busy unions"),
                   (M, "cpu_metrics", "pass: CPU metrics"), (A, "host_intervals", "pass: attribution (host intervals)"),
@@ -66,7 +67,7 @@ def main(path: str) -> None:
     parts = sum(clock.rows[n][0] for _, _, n in pass_parts if n in clock.rows), sum(clock.rows[n][1] for _, _, n in pass_parts if n in clock.rows)
     clock.add("pass: rest (kernel table, windows)", time.perf_counter() - w - parts[0], time.process_time() - c - parts[1])
     clock.run("summary + evidence + rules", a.findings)
-    doc = clock.run("report dict (header, framework, tables)", a.to_dict)
+    doc = clock.run("report dict (header, framework, tables)", report, a)
     clock.run("render JSON", json_render.render, doc)
     total_w, total_c = time.perf_counter() - w0, time.process_time()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
