@@ -226,11 +226,12 @@ class Analysis:
         cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
-        host = A.host_intervals(runtime, self._api_names, self._os_calls, t.nvtx, self._step_ranges[0],
-                                A.idle_by_process(capture, idle), t.mpi)
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
-        del runtime  # the runtime calls are done with: released before the attribution
+        handed_over = [runtime]
+        del runtime  # host_intervals holds the runtime calls' last reference: released before the OS calls are read
+        host = A.host_intervals(handed_over.pop(), self._api_names, self._os_calls, t.nvtx, self._step_ranges[0],
+                                A.idle_by_process(capture, idle), t.mpi)
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
         if self.keep_attribution_inputs:
             self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)

@@ -50,9 +50,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import Coverage, group_indices, is_sorted, row_blocks, unique_sorted
+from .intervals import Coverage, group_indices, is_sorted, isin_blocks, row_blocks, unique_sorted
 from .steps import group_name, rows_by_process
-from .trace.tables import pid_of
+from .trace.tables import PROCESS_MASK, pid_of
 
 LEVELS = ["warmup", "cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
 WARMUP, BLOCKING, OS_ACTIVE, LAUNCH, WAIT, RANGE = range(6)  # LEVELS' indices (untraced: the rest)
@@ -123,10 +123,12 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
                    mpi: pd.DataFrame | None = None) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
     only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
-    most launches run while the GPU is busy, so this keeps the attribution small.
+    most launches run while the GPU is busy, so this keeps the attribution small. Sorted by (globalPid,
+    start), ties in the order of the levels' parts below (the attribution takes each process's rows by start).
 
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
-    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); ``os_calls(threads,
+    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); a caller that hands
+    over its only reference lets the whole table go before the OS calls are read. ``os_calls(threads,
     keep)``: the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that ``keep``
     (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose calls can
     be causes (primary and launching threads of processes with GPU idle) and the calls overlapping that
@@ -140,10 +142,17 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     launch_tids = set(launches_per_thread.index.tolist())
     cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
     cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
-    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices))
-    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary, osrt)
+    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary)
+    if len(helper_gaps):
+        helper_gaps = helper_gaps[_during_idle(helper_gaps, devices)]
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
-    runtime, launching = runtime[during], launching[during]
+    runtime, launching = runtime[during], launching[during]  # the whole table is done with here
+    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices))
+    os_part = _os_part(osrt, runtime, primary, launch_tids)
+    waiting_primaries = np.intersect1d(os_part.pop("waiting"), list(primary.values()))
+    if len(helper_gaps):  # only where the primary thread waits in the OS during GPU idle (nothing to reassign otherwise)
+        helper_gaps = helper_gaps[np.isin(pid_of(helper_gaps["globalTid"].to_numpy()), pid_of(waiting_primaries))]
+    del osrt
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
     if len(nvtx):
         nvtx = nvtx[_during_idle(nvtx, devices)]
@@ -173,33 +182,93 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
         parts.append(_labelled(long_rows, rt_pid[long_launch], WARMUP,
                                pd.Categorical.from_codes(np.zeros(len(long_rows), np.int8),
                                                          ["kernel launch loading its module"])))
-    if len(helper_gaps):
-        helper_gaps = helper_gaps[_during_idle(helper_gaps, devices)]
     for rows, label in ((runtime[launching & ~long_launch], "kernel launch"),
                         (helper_gaps, "between launches on another thread")):
         if len(rows):
             pids = pid_of(rows["globalTid"].to_numpy())
             parts.append(_labelled(rows, pids, LAUNCH, _in_range(label, rows["start"].to_numpy(), pids, ranges)))
-    if len(osrt):
-        osrt = osrt[~_inside_cuda_calls(osrt, runtime)]
-    if len(osrt):
-        tid = osrt["globalTid"].to_numpy()
-        is_primary = np.isin(tid, list(primary.values()))
-        wait = osrt["name"].str.fullmatch(OS_WAIT).to_numpy()
-        active = ~wait & (is_primary | np.isin(tid, list(launch_tids)))
-        start, end, name = osrt["start"].to_numpy(), osrt["end"].to_numpy(), osrt["name"].array
-        for mask, level in ((active, OS_ACTIVE), (wait & is_primary, WAIT)):
-            if mask.any():  # the names stay categorical (sorted categories, as made from strings): no per-call strings
-                parts.append(_labelled({"start": start[mask], "end": end[mask]}, pid_of(tid[mask]), level,
-                                       name[mask].remove_unused_categories()))
-        del osrt, start, end, name, tid  # only the kept calls' parts stay
-    cols = ["start", "end", "globalPid", "level", "cause"]
+    if len(os_part["start"]):
+        parts.append(os_part)
+    return _sorted_concat(parts)
+
+
+HOST_COLUMNS = {"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8}
+
+
+def _sorted_concat(parts: list) -> pd.DataFrame:
+    """One frame (start, end, globalPid, level, cause: categorical) of the host-interval ``parts`` (frames or
+    dicts of those arrays), sorted by (globalPid, start), ties in part order. Made a column at a time, each
+    part's column released once copied (the OS calls' part is most of the rows: never held twice)."""
     if not parts:
-        return pd.DataFrame({c: [] for c in cols}).astype({"start": np.int64, "end": np.int64, "globalPid": np.int64,
-                                                           "level": np.int8})
-    cause = pd.api.types.union_categoricals([p["cause"].array for p in parts])
-    frame = pd.concat([p.drop(columns="cause") for p in parts], ignore_index=True).assign(cause=cause)
-    return frame.astype({"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8})
+        return pd.DataFrame({c: np.empty(0, t) for c, t in HOST_COLUMNS.items()}).assign(cause=pd.Categorical([]))
+    cause = pd.api.types.union_categoricals([pd.Categorical(p["cause"]) for p in parts])
+    parts = [p if isinstance(p, dict) else {c: p[c].to_numpy() for c in HOST_COLUMNS} for p in parts]
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([p.pop(name) for p in parts]).astype(HOST_COLUMNS[name], copy=False)
+
+    start, pid = column("start"), column("globalPid")
+    one_process = pid.size == 0 or pid.min() == pid.max()
+    if is_sorted(start) if one_process else is_sorted(pid) and _sorted_within(pid, start):
+        order = None
+    else:
+        order = np.argsort(start, kind="stable") if one_process else np.lexsort((start, pid))
+
+    def arranged(values: np.ndarray) -> np.ndarray:
+        return values if order is None else values[order]
+
+    columns = {"start": arranged(start)}
+    del start
+    columns["globalPid"] = pid if one_process else arranged(pid)  # one value: no reordering copy
+    del pid
+    for name in ("end", "level"):
+        columns[name] = arranged(column(name))
+    frame = pd.DataFrame({c: columns.pop(c) for c in HOST_COLUMNS}, copy=False)
+    frame["cause"] = pd.Categorical.from_codes(arranged(cause.codes), cause.categories)
+    return frame
+
+
+def _os_part(osrt: pd.DataFrame, runtime: pd.DataFrame, primary: dict[int, int], launch_tids: set) -> dict:
+    """The OS runtime calls' host intervals as arrays (start, end, globalPid, level, cause: categorical), plus
+    ``waiting``: the threads among them that made an OS wait (kept calls, before any is dropped). A call
+    made inside a CUDA call of its thread is that call's (dropped); a wait is a cause on the primary thread
+    only (level WAIT), any other call on the primary or a launching thread (level OS_ACTIVE). ``osrt``'s
+    columns are taken out of it one at a time, each released once its kept rows are copied."""
+    if not len(osrt):
+        return {"start": np.empty(0, np.int64), "end": np.empty(0, np.int64), "globalPid": np.empty(0, np.int64),
+                "level": np.empty(0, np.int8), "cause": pd.Categorical([]), "waiting": np.empty(0, np.int64)}
+    tid, names = osrt["globalTid"].to_numpy(), osrt.pop("name").array
+    wait = np.asarray(names.categories.str.fullmatch(OS_WAIT), dtype=bool)[names.codes]
+    waiting = np.unique(tid[wait])
+    is_primary = isin_blocks(tid, list(primary.values()))
+    keep = np.where(wait, is_primary, is_primary | isin_blocks(tid, launch_tids)) & ~_inside_cuda_calls(osrt, runtime)
+    level = np.where(wait, np.int8(WAIT), np.int8(OS_ACTIVE)).astype(np.int8)
+    del wait, is_primary, tid
+    everything = bool(keep.all())
+
+    def kept(values):
+        return values if everything else values[keep]
+
+    out = {"level": kept(level), "cause": _used_categories(kept(names)), "waiting": waiting}
+    for column in ("start", "end"):
+        out[column] = kept(osrt.pop(column).to_numpy())
+    tid = osrt.pop("globalTid").to_numpy()
+    if everything:
+        out["globalPid"] = pid_of(tid)
+    else:  # the kept copy is made a process id in place
+        pid = tid[keep]
+        out["globalPid"] = np.bitwise_and(pid, PROCESS_MASK, out=pid)
+    return out
+
+
+def _used_categories(values: pd.Categorical) -> pd.Categorical:
+    """``values.remove_unused_categories()`` without its int64 inverse of every row (96 MB per 12M calls)."""
+    used = np.bincount(values.codes[values.codes >= 0], minlength=len(values.categories)) > 0
+    if used.all():
+        return values
+    new_code = (np.cumsum(used) - 1).astype(values.codes.dtype)
+    return pd.Categorical.from_codes(np.where(values.codes >= 0, new_code[values.codes], -1).astype(values.codes.dtype),
+                                     values.categories[used])
 
 
 def _primary_ranges(nvtx: pd.DataFrame, primary: dict[int, int], step_ranges: pd.DataFrame,
@@ -235,50 +304,61 @@ def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame)
     return pd.Categorical.from_codes(code + 1, labels)
 
 
-def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int],
-                                  osrt: pd.DataFrame) -> pd.DataFrame:
+def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int]) -> pd.DataFrame:
     """The gaps (start, end, globalTid) shorter than SHORT_GAP_NS between consecutive launch calls of the
     launching threads that are not their process's primary thread (PyTorch's autograd threads launching the
-    backward): while one runs, the primary thread's OS wait is a wait for that thread's work. Only made for
-    processes whose primary thread makes OS waits during GPU idle (``osrt``: the kept OS calls; nothing to
-    reassign otherwise)."""
+    backward): while one runs, the primary thread's OS wait is a wait for that thread's work (the caller keeps
+    them only for processes whose primary thread makes OS waits during GPU idle)."""
     cols = ["start", "end", "globalTid"]
-    if not len(osrt) or not launching.any():
+    if not primary or not launching.any():
         return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
-    waiting = set(osrt["globalTid"][osrt["name"].str.fullmatch(OS_WAIT).to_numpy()].unique().tolist())
-    mains = {t for t in primary.values() if t in waiting}
+    mains = np.array(sorted(primary.values()), dtype=np.int64)
     tid = runtime["globalTid"].to_numpy()
-    other = launching & np.isin(pid_of(tid), [int(pid_of(np.array([t]))[0]) for t in mains]) & ~np.isin(tid, list(mains))
-    if not other.any():
-        return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
-    t, s, e = tid[other], runtime["start"].to_numpy()[other], runtime["end"].to_numpy()[other]
-    order = np.lexsort((s, t))
-    t, s, e = t[order], s[order], e[order]
-    gap_start, gap_end, same = e[:-1], s[1:], t[1:] == t[:-1]
-    keep = same & (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
-    return pd.DataFrame({"start": gap_start[keep], "end": gap_end[keep], "globalTid": t[1:][keep]})
+    other, threads = np.empty(tid.size, dtype=bool), set()
+    for r in row_blocks(tid.size):  # bounded temporaries: the table is all launches and syncs
+        other[r] = launching[r] & np.isin(pid_of(tid[r]), pid_of(mains)) & ~np.isin(tid[r], mains)
+        threads.update(np.unique(tid[r][other[r]]).tolist())
+    rows = np.flatnonzero(other)
+    del other
+    starts, ends = runtime["start"].to_numpy(), runtime["end"].to_numpy()
+    parts = []
+    for (thread,), mine in ([((threads.pop(),), None)] if len(threads) == 1 else group_indices(tid[rows])):
+        at = rows if mine is None else rows[mine]
+        s, e = starts[at], ends[at]
+        if not is_sorted(s):
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+        gap_start, gap_end = e[:-1], s[1:]
+        keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
+        parts.append({"start": gap_start[keep], "end": gap_end[keep]})
+        parts[-1]["globalTid"] = np.full(parts[-1]["start"].size, thread, dtype=np.int64)
+    if len(parts) == 1:
+        return pd.DataFrame(parts[0], copy=False)
+    return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
+                        copy=False)
 
 
 def _inside_cuda_calls(osrt: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
     """Mask of the OS calls made inside a CUDA call of their own thread (the call's work, e.g. a launch's
     ioctl): the last call of that thread to start at or before the OS call ends at or after it (a thread's
-    CUDA calls do not overlap). One sorted lookup per thread of the OS calls."""
+    CUDA calls do not overlap). One sorted lookup per thread, a block of OS calls at a time."""
     inside = np.zeros(len(osrt), dtype=bool)
     if not len(runtime):
         return inside
-    o_tid, o_start, o_end = (osrt[c].to_numpy() for c in ("globalTid", "start", "end"))
-    r_tid, r_start, r_end = (runtime[c].to_numpy() for c in ("globalTid", "start", "end"))
-    calls = dict(group_indices(r_tid))
-    for (tid,), rows in group_indices(o_tid):
-        mine = calls.get((tid,), False)
-        if mine is False:
-            continue
-        s, e = (r_start, r_end) if mine is None else (r_start[mine], r_end[mine])
+    r_start, r_end = runtime["start"].to_numpy(), runtime["end"].to_numpy()
+    calls = {}  # per thread: its CUDA calls' starts, sorted, and the furthest end so far
+    for (tid,), rows in group_indices(runtime["globalTid"].to_numpy()):
+        s, e = (r_start, r_end) if rows is None else (r_start[rows], r_end[rows])
         order = np.argsort(s, kind="stable")
-        s, reach = s[order], np.maximum.accumulate(e[order])
-        at = slice(None) if rows is None else rows
-        k = np.searchsorted(s, o_start[at], side="right") - 1
-        inside[at] = (k >= 0) & (reach[np.maximum(k, 0)] >= o_end[at])
+        calls[tid] = (s[order], np.maximum.accumulate(e[order]))
+    o_tid, o_start, o_end = (osrt[c].to_numpy() for c in ("globalTid", "start", "end"))
+    for r in row_blocks(len(osrt)):
+        for (tid,), rows in group_indices(o_tid[r]):
+            if tid in calls:
+                s, reach = calls[tid]
+                at = r if rows is None else r.start + rows
+                k = np.searchsorted(s, o_start[at], side="right") - 1
+                inside[at] = (k >= 0) & (reach[np.maximum(k, 0)] >= o_end[at])
     return inside
 
 
@@ -390,7 +470,8 @@ def _idle_parts(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int
         if pid not in by_process:
             idx = host_groups.get((pid,), False)
             h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
-            h = h.iloc[np.argsort(h["start"].to_numpy(), kind="stable")]  # by start: each slice's calls are a range
+            if not is_sorted(h["start"].to_numpy()):  # host_intervals' rows are: no copy then
+                h = h.iloc[np.argsort(h["start"].to_numpy(), kind="stable")]  # by start: each slice's calls are a range
             he = h["end"].to_numpy()
             reach = np.maximum.accumulate(he) if he.size else he  # furthest end of the calls started so far
             idx = sync_groups.get((pid,), False)

@@ -28,6 +28,16 @@ def row_blocks(n: int, rows: np.ndarray | None = None):
     return (rows[lo:lo + BLOCK] for lo in range(0, rows.size, BLOCK))
 
 
+def isin_blocks(values: np.ndarray, candidates) -> np.ndarray:
+    """``np.isin(values, candidates)`` a BLOCK of rows at a time: np.isin's temporaries are several int64
+    arrays of its input's size (hundreds of MB on 10M OS calls), these are one block's."""
+    out = np.empty(values.size, dtype=bool)
+    candidates = np.asarray(list(candidates) if isinstance(candidates, (set, dict)) else candidates)
+    for r in row_blocks(values.size):
+        out[r] = np.isin(values[r], candidates)
+    return out
+
+
 def lanes_per_batch(stride: int, top: int = 0) -> int:
     """How many lanes ``stride`` ns wide fit side by side (shifted times stay below STACK_LIMIT when the
     unshifted ones are at most ``top``); at least one."""

@@ -70,3 +70,28 @@ def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch
     pd.testing.assert_frame_equal(calls["host"], expected)
     assert (calls["host"]["level"] == A.OS_ACTIVE).any()  # OS runtime causes are there to compare
     assert 0 < len(calls["read"]) <= len(every_idle) < len(every)
+
+
+def test_host_intervals_are_sorted_by_process_then_start_with_ties_in_part_order():
+    """Unit test on hand-made arrays: _sorted_concat orders rows by (globalPid, start), keeps ties in the
+    parts' order (the attribution's stable sort by start relies on it), unions the causes' categories."""
+    first = pd.DataFrame({"start": [30, 10], "end": [40, 20], "globalPid": [2, 1], "level": [1, 1],
+                          "cause": pd.Categorical(["sync", "sync"])})
+    second = {"start": [10, 5], "end": [15, 9], "globalPid": [1, 2], "level": [2, 2],
+              "cause": pd.Categorical(["write", "read"])}
+    got = A._sorted_concat([first, {k: pd.Series(v).to_numpy() if k != "cause" else v for k, v in second.items()}])
+    assert got[["globalPid", "start", "end", "level"]].values.tolist() == [
+        [1, 10, 20, 1], [1, 10, 15, 2], [2, 5, 9, 2], [2, 30, 40, 1]]
+    assert got["cause"].tolist() == ["sync", "write", "read", "sync"]
+    assert [str(t) for t in got.dtypes[:4]] == ["int64", "int64", "int64", "int8"]
+
+
+def test_os_call_names_decode_by_lookup_table_or_search():
+    """Unit test: nameIds become category codes (-1 where no string) the same way through the int16 lookup
+    table (small ids) and the sorted search (ids of 2**24 and more)."""
+    values = pd.array([7, 3, 9, 3, -1, 12]).to_numpy(dtype="int64")
+    ids, codes = pd.array([3, 7, 12]).to_numpy(dtype="int64"), pd.array([1, 0, 2]).to_numpy(dtype="int64")
+    small = tables._codes_of_ids(values, ids, codes)
+    big = tables._codes_of_ids(values + (1 << 24), ids + (1 << 24), codes)
+    assert small.tolist() == big.tolist() == [0, 1, -1, 1, -1, 2]
+    assert small.dtype.itemsize == 2

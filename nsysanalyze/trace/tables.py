@@ -193,9 +193,18 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
             for j in range(len(scopes)):
                 read(conns[0], j)
         else:
+            chunks, taking = iter(range(len(scopes))), threading.Lock()
+
             def run(i: int) -> None:
-                for j in range(i, len(scopes), len(conns)):
+                """Read the next chunk in rowid order until none is left: no reader runs ahead of the in-order
+                copying, so at most a chunk per reader waits in ``pending``."""
+                while True:
+                    with taking:
+                        j = next(chunks, None)
+                    if j is None:
+                        return
                     read(conns[i], j)
+
             with ThreadPoolExecutor(len(conns)) as pool:
                 list(pool.map(run, range(len(conns))))
     finally:
@@ -479,13 +488,26 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
     name_id = df.pop("nameId").to_numpy()
     found = strings(conn, schema, np.unique(name_id))
     ids = np.array(sorted(found), dtype=np.int64)
-    pos = np.minimum(np.searchsorted(ids, name_id), max(ids.size - 1, 0))
-    named = ids[pos] == name_id if ids.size else np.zeros(name_id.size, dtype=bool)
-    if not named.all():  # no string at its nameId: left out, as a join with StringIds leaves it
-        df, pos = df[named].reset_index(drop=True), pos[named]
     categories, code_of_id = np.unique(np.array([found[i] for i in ids.tolist()], dtype=object), return_inverse=True)
-    df["name"] = pd.Categorical.from_codes(code_of_id[pos] if ids.size else pos, categories=categories)
+    code = _codes_of_ids(name_id, ids, code_of_id)
+    del name_id
+    named = code >= 0
+    if not named.all():  # no string at its nameId: left out, as a join with StringIds leaves it
+        df, code = df[named].reset_index(drop=True), code[named]
+    df["name"] = pd.Categorical.from_codes(code, categories=categories)
     return df[columns]
+
+
+def _codes_of_ids(values: np.ndarray, ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Per value, ``codes[i]`` where ``ids[i]`` (sorted, unique) equals it, else -1: int16 through a lookup
+    table when the ids are small and few (2 bytes a row, no int64 temporaries), else a sorted search."""
+    if ids.size and ids[0] >= 0 and ids[-1] < 1 << 24 and codes.size < 1 << 15:
+        table = np.full(int(ids[-1]) + 1, -1, dtype=np.int16)
+        table[ids] = codes
+        inside = (values >= 0) & (values <= ids[-1])
+        return np.where(inside, table[np.where(inside, values, 0)], np.int16(-1)).astype(np.int16, copy=False)
+    pos = np.minimum(np.searchsorted(ids, values), max(ids.size - 1, 0))
+    return np.where(ids[pos] == values, codes[pos], -1) if ids.size else np.full(values.size, -1)
 
 
 MPI_EVENT_TABLES = ("MPI_COLLECTIVES_EVENTS", "MPI_P2P_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS")
