@@ -18,7 +18,7 @@ from nsysanalyze.render.contract import report_of as analyze_file
 from nsysanalyze.render import html
 from nsysanalyze.render import ranks as ranks_render
 from nsysanalyze.render.format import trace_line
-from nsysanalyze.rules import Evidence, diagnose
+from nsysanalyze.rules import Evidence, diagnose, diagnose_devices
 
 MS = 1_000_000
 
@@ -241,6 +241,17 @@ def test_a_lone_all_gather_is_not_fsdp():
     assert "fsdp-collectives" not in rules and "shard-collective-exposed" in rules
     f = next(f for f in found if f.rule == "shard-collective-exposed")
     assert "FSDP" not in f.title + f.fix and f.gain_ns == 10 * MS
+
+
+def test_every_collective_finding_claims_the_nccl_time_its_fix_removes():
+    """Hand-built evidence (not a trace): the collective rules pass their busy class themselves, so the
+    all-gather that is not FSDP claims the exposed NCCL row like the FSDP rule does (before, a table of rule
+    ids left shard-collective-exposed out: its gain was unbounded and it claimed nothing)."""
+    e = ev(**nccl("allgather", 1, 20 * MS, 20 * MS), busy_ns=30 * MS)
+    (f,) = [f for d in diagnose_devices([e]) for f in d.findings if f.rule == "shard-collective-exposed"]
+    (row,) = f.claimed
+    assert e.ledger.rows.iloc[row][["kind", "what", "ns"]].tolist() == ["busy", "nccl", 20 * MS]
+    assert f.gain_ns == 10 * MS and "bound" in f.evidence
 
 
 def test_fsdp_only_on_its_per_layer_pattern():

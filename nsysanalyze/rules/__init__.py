@@ -98,24 +98,18 @@ class Finding:
 Rule = Callable[[Evidence], "Finding | None"]
 
 
-# Busy classes a rule's fix takes off the GPU's critical path when the rule names no rows of its own
-# (nsysanalyze.metrics.BUSY_CLASSES): its gain is then at most those rows.
-BUSY_CLAIMS = {"ddp-single-gpu": ("dtod",), "gradient-as-bucket-view": ("dtod",), "ddp-bucket-overlap": ("nccl",),
-               "ddp-static-graph": ("nccl",), "grad-compression": ("nccl",), "pipeline-p2p": ("nccl",),
-               "fsdp-collectives": ("nccl",), "allreduce-exposed": ("nccl",), "alltoall": ("nccl",)}
-
-
 def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns: float,
                  evidence: dict, fix: str, snippet: str, severity: str | None = None,
-                 claim: np.ndarray | None = None, what_if: WhatIf | None = None) -> Finding:
+                 claim: np.ndarray | None = None, what_if: WhatIf | None = None, busy: tuple[str, ...] = ()) -> Finding:
     """Build a finding; severity from the gain share unless given (>=20% high, >=5% medium, else low).
 
-    ``claim`` (a mask of ``ev.ledger``'s rows) and ``what_if`` (its bound) come from the rule; without
-    them a rule of BUSY_CLAIMS claims the rows of its busy classes, and its ``gain_ns`` estimate is bounded
-    by them and by the two-resource model. The gain is the bound's; its terms join the evidence."""
+    ``claim`` (a mask of ``ev.ledger``'s rows) and ``what_if`` (its bound) come from the rule. A rule whose
+    fix takes GPU work off the critical path instead names its ``busy`` classes (metrics.BUSY_CLASSES, e.g.
+    ``("nccl",)``): it claims their rows, and its ``gain_ns`` estimate is bounded by them and by the
+    two-resource model. The gain is the bound's; its terms join the evidence."""
     ledger = ev.ledger
-    if what_if is None and gain_ns > 0 and rule in BUSY_CLAIMS:
-        claim = ledger.busy(*BUSY_CLAIMS.get(rule, ()))
+    if what_if is None and gain_ns > 0 and busy:
+        claim = ledger.busy(*busy)
         taken = min(float(gain_ns), ledger.ns(claim)) if len(ledger.rows) else float(gain_ns)
         what_if = ledger.what_if(taken, busy_removed_ns=taken)
     if what_if is not None:

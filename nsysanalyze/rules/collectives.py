@@ -115,7 +115,7 @@ def pipeline_p2p(ev: Evidence) -> Finding | None:
                   "nccl_compute_stream": ev.facts.get("nccl_compute_stream", -1), **drain_evidence},
         fix=fix + (" They run on the compute stream itself, so they cannot overlap it: give them their own stream."
                    if on_compute else ""),
-        snippet=snippet)
+        snippet=snippet, busy=("nccl",))
 
 
 def fsdp_pattern(ev: Evidence) -> bool:
@@ -142,7 +142,7 @@ def fsdp_collectives(ev: Evidence) -> Finding | None:
                  f"reduce-scatter kernel(s) per {ev.per}{stream}")
     fix, snippet = pick(table, ev.framework)
     return make_finding(ev, rule, f"{title}, {ms(exposed)} exposed", confidence=confidence,
-                        gain_ns=exposed * 0.5, evidence=evidence, fix=fix, snippet=snippet)
+                        gain_ns=exposed * 0.5, evidence=evidence, fix=fix, snippet=snippet, busy=("nccl",))
 
 
 def alltoall_note(ev: Evidence) -> Finding | None:
@@ -154,7 +154,8 @@ def alltoall_note(ev: Evidence) -> Finding | None:
         "token exchange", confidence=0.5, gain_ns=0.0, severity="info",
         evidence={"nccl_alltoall_count": count, "nccl_alltoall_ns": ns, "nccl_alltoall_exposed_ns": exposed},
         fix="All-to-all is the expert-parallel (MoE) token exchange: balance tokens per expert (capacity factor, "
-            "auxiliary load-balancing loss) and overlap the dispatch with the shared/dense computation.", snippet="")
+            "auxiliary load-balancing loss) and overlap the dispatch with the shared/dense computation.", snippet="",
+        busy=("nccl",))
 
 
 def allreduce_exposed(ev: Evidence) -> Finding | None:
@@ -167,7 +168,7 @@ def allreduce_exposed(ev: Evidence) -> Finding | None:
         ev, "allreduce-exposed", f"{count:.0f} all-reduce kernels per {ev.per}, {ms(exposed)} not hidden under compute",
         confidence=0.6, gain_ns=exposed * 0.5,
         evidence={"nccl_allreduce_count": count, "nccl_allreduce_ns": ns, "nccl_allreduce_exposed_ns": exposed},
-        fix=fix, snippet=snippet)
+        fix=fix, snippet=snippet, busy=("nccl",))
 
 
 RULES = [single_collective_capture, pipeline_p2p, fsdp_collectives, alltoall_note, allreduce_exposed]

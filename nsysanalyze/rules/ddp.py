@@ -67,7 +67,7 @@ model = model.to(device)
 if int(os.environ.get("WORLD_SIZE", "1")) > 1:
     model = DDP(model, device_ids=[local_rank])
 """,
-    )
+        busy=("dtod",))
 
 
 def gradient_as_bucket_view(ev: Evidence) -> Finding | None:
@@ -86,7 +86,7 @@ def gradient_as_bucket_view(ev: Evidence) -> Finding | None:
         snippet="""
 model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)
 """,
-    )
+        busy=("dtod",))
 
 
 def _nccl_exposure(ev: Evidence) -> tuple[float, float]:
@@ -114,7 +114,7 @@ def ddp_bucket_overlap(ev: Evidence) -> Finding | None:
         snippet="""
 model = DDP(model, device_ids=[local_rank], bucket_cap_mb=100)   # try 25..200
 """,
-    )
+        busy=("nccl",))
 
 
 def ddp_static_graph(ev: Evidence) -> Finding | None:
@@ -139,7 +139,7 @@ def ddp_static_graph(ev: Evidence) -> Finding | None:
         snippet="""
 model = DDP(model, device_ids=[local_rank], static_graph=True)
 """,
-    )
+        busy=("nccl",))
 
 
 def grad_compression(ev: Evidence) -> Finding | None:
@@ -172,7 +172,7 @@ model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
 # from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 # model.register_comm_hook(powerSGD_hook.PowerSGDState(process_group=None), powerSGD_hook.powerSGD_hook)
 """,
-    )
+        busy=("nccl",))
 
 
 HOST_ALLREDUCE_BYTES = 1e6   # bytes per step copied each way that look like gradients reduced on the host
