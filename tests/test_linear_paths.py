@@ -291,3 +291,114 @@ def test_gap_summary_equals_one_device_at_a_time(variant, tmp_path):
             assert got[key].empty and list(got[key].columns) == list(want[key].columns)
         else:
             pd.testing.assert_frame_equal(got[key], want[key])
+
+
+def gaps_one_device_at_a_time(capture, steps, idle, host, syncs) -> pd.DataFrame:
+    """Reference for attribution.attribute: per device on its own, every elementary segment between all of its
+    points (its idle edges, its process's host-interval edges and sync returns inside its idle intervals,
+    its steps' window starts and first launches), each given the attributes of its start — per level, lowest
+    first, the process's host interval _active_label picks; the step window holding it; the tags — and summed
+    per group by pandas."""
+    rows = []
+    if steps.empty:
+        steps = pd.DataFrame({c: np.empty(0, np.int64) for c in
+                              ["globalPid", "deviceId", "step", "window_start", "window_end", "cpu_start", "first_launch"]})
+    for w in capture.itertuples(index=False):
+        key = (int(w.globalPid), int(w.deviceId))
+        s, e = A._idle_within(idle[key], int(w.window_start), int(w.window_end))
+        if not s.size:
+            continue
+        h = host[host["globalPid"] == key[0]].sort_values("start", kind="stable")
+        ends = np.sort(syncs.loc[syncs["globalPid"] == key[0], "end"].to_numpy())
+        mine = steps[(steps["globalPid"] == key[0]) & (steps["deviceId"] == key[1])].sort_values("window_start")
+        j = np.searchsorted(ends, s)
+        first_sync = np.where(ends[np.minimum(j, len(ends) - 1)] < e, ends[np.minimum(j, len(ends) - 1)],
+                              A.NEVER) if len(ends) else np.full(s.size, A.NEVER)
+        first_sync[j >= len(ends)] = A.NEVER
+        points = [s, e, first_sync, h["start"], h["end"], mine["window_start"], mine["first_launch"]]
+        p = np.unique(np.clip(np.concatenate([np.asarray(x, np.int64) for x in points]), s[0], e[-1]))
+        x, y = p[:-1], p[1:]
+        k = np.searchsorted(s, x, side="right") - 1
+        keep = (k >= 0) & (x < e[np.maximum(k, 0)])
+        x, y, k = x[keep], y[keep], k[keep]
+        level, cause = np.full(x.size, len(A.LEVELS) - 1), np.full(x.size, -1)
+        codes = h["cause"].cat.codes.to_numpy(np.int64) if len(h) else np.empty(0, np.int64)
+        for lv in range(len(A.LEVELS) - 2, -1, -1):
+            m = (h["level"] == lv).to_numpy()
+            if m.any():
+                lab = A._active_label(h["start"].to_numpy()[m], h["end"].to_numpy()[m], codes[m], x)
+                level[lab >= 0], cause[lab >= 0] = lv, lab[lab >= 0]
+        step, before = np.full(x.size, -1), np.zeros(x.size, bool)
+        for i, t in enumerate(x):  # the step window holding each segment start: one mask per segment
+            holds = (mine["window_start"].to_numpy() <= t)
+            if holds.any():
+                last = mine.iloc[np.flatnonzero(holds)[-1]]
+                if t < last["window_end"]:
+                    step[i] = last["step"]
+                    before[i] = last["cpu_start"] <= t < last["first_launch"]
+        names = np.asarray(A._causes(host), dtype=object)
+        rows.append(pd.DataFrame({
+            "globalPid": key[0], "deviceId": key[1], "step": step, "cause_kind": np.array(A.LEVELS, dtype=object)[level],
+            "cause": np.where(cause >= 0, names[np.maximum(cause, 0)] if names.size else "", A.UNTRACED),
+            "before_launch": before, "after_sync": x >= first_sync[k], "short_gap": (e - s)[k] < A.SHORT_GAP_NS,
+            "ns": y - x}))
+    keys = [c for c in A.GAP_COLUMNS if c != "ns"]
+    return pd.concat(rows).groupby(keys)["ns"].sum()
+
+
+SPREAD_ONE_PROCESS = [f"UPDATE {t} SET deviceId = rowid % 7" for t in
+                      ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
+
+
+@pytest.mark.parametrize("variant", ["vit_l32_2gpu_ddp_0", "vit_l32_2gpu_powersgd_1", "2-GPU real",
+                                     "ddp 7 devices", "resnet 5 processes"])
+def test_attribution_equals_one_device_at_a_time(variant, tmp_path, monkeypatch):
+    """attribute lays every device (and process) side by side and sums each idle piece's causes from its
+    process's cause timeline; the reference takes one device at a time, segment by segment. Also in slices
+    (IDLE_CHUNK) and one device per batch (STACK_LIMIT): the same gaps."""
+    if variant == "2-GPU real":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    elif variant == "ddp 7 devices":
+        path = spread(fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), tmp_path, SPREAD_ONE_PROCESS)
+    elif variant == "resnet 5 processes":
+        path = spread(fixture_trace("resnet18_baseline.sqlite"), tmp_path, SPREAD_PROCESSES)
+    else:
+        path = fixture_trace(f"{variant}.sqlite")
+    a = nsysanalyze.open(path)
+    a.keep_attribution_inputs = True
+    gaps = a.gaps()
+    capture, steps, idle, host, syncs = a._kept_attribution()
+    a.close()
+    want = gaps_one_device_at_a_time(capture, steps, idle, host, syncs)
+    assert len(want) > 10 and want.index.get_level_values("step").max() >= (-1 if "processes" in variant else 1)
+    assert len(capture) == (7 if "7" in variant else 5 if "5" in variant else 2 if "2-GPU" in variant else 1)
+    keys = [c for c in A.GAP_COLUMNS if c != "ns"]
+    assert gaps.groupby(keys)["ns"].sum().to_dict() == want.to_dict()
+    assert not gaps.duplicated(keys).any() and (gaps["ns"] > 0).all()
+    monkeypatch.setattr(A, "IDLE_CHUNK", 13)
+    monkeypatch.setattr(intervals, "STACK_LIMIT", 1)
+    pd.testing.assert_frame_equal(A.attribute(capture, steps, idle, host, syncs), gaps)
+
+
+def test_process_idle_union_keeps_the_calls_of_every_device(tmp_path):
+    """idle_by_process gives a process's devices' idle as one union; the host calls it keeps (_during_idle) are
+    those overlapping some device's idle, asked one device at a time."""
+    path = spread(fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), tmp_path, SPREAD_ONE_PROCESS)
+    a = nsysanalyze.open(path)
+    a.keep_attribution_inputs = True
+    capture, _, idle, _, _ = a._kept_attribution()
+    runtime = a.trace.runtime
+    a.close()
+    per_device = {}
+    for w in capture.itertuples(index=False):
+        per_device.setdefault(int(w.globalPid), []).append(
+            A._idle_within(idle[(int(w.globalPid), int(w.deviceId))], int(w.window_start), int(w.window_end)))
+    united = A.idle_by_process(capture, idle)
+    assert [len(v) for v in per_device.values()] == [7] and [len(v) for v in united.values()] == [1]
+    want = np.zeros(len(runtime), bool)
+    start, end = runtime["start"].to_numpy(), runtime["end"].to_numpy()
+    for s, e in next(iter(per_device.values())):
+        for x, y in zip(s, e):
+            want |= (start < y) & (end > x) & (end > start)
+    got = A._during_idle(runtime, united)
+    assert 0 < want.sum() < len(want) and got.tolist() == want.tolist()
