@@ -392,7 +392,7 @@ class Analysis:
             out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
                                 facts=facts, gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
                                 framework=self.framework.name, gpu_name=gpu_names.get(dev, ""),
-                                ledger=L.Ledger.of(ledgers.get((pid, dev), L.EMPTY_ROWS), m)))
+                                ledger=L.Ledger.of(ledgers.get((pid, dev), L.EMPTY_LEDGER_ROWS), m)))
         return out
 
     def _stall_facts(self, pid: int, dev: int, steps: pd.DataFrame) -> dict:
