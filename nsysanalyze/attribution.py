@@ -759,7 +759,25 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
     """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
     steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
     ``before_launch_ns``, ``after_sync_ns``, ``short_gap_ns`` and ``short_after_sync_ns`` (short gaps after a
-    sync), the same statistic restricted to those tags. Every device is grouped in one pass, then split."""
+    sync), the same statistic restricted to those tags: its rows of :func:`summary_parts` (SUMMARY_COLUMNS)."""
+    return by_device(summary_parts(gaps, steady_steps))
+
+
+def by_device(parts: dict[bool, tuple]) -> dict[tuple[int, int], pd.DataFrame]:
+    """:func:`summary_parts` split per device (its rows, SUMMARY_COLUMNS), devices in sorted order."""
+    out = {}
+    for part, runs in parts.values():
+        rows = part[SUMMARY_COLUMNS]
+        for key, (lo, hi) in runs.items():
+            out[key] = rows.iloc[lo:hi].reset_index(drop=True)
+    return dict(sorted(out.items()))
+
+
+def summary_parts(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[bool, tuple]:
+    """Every device's summary rows (see :func:`summarize`) grouped in one pass: {True: the devices with steady
+    steps (medians, float64), False: the others (capture sums, int64)} -> (rows: globalPid, deviceId and
+    SUMMARY_COLUMNS, by device then ns, largest first; {(globalPid, deviceId): (first row, end row)} of every
+    device of ``gaps`` in that part, (0, 0) when none of its rows is left)."""
     if gaps.empty:
         return {}
     ns = gaps["ns"].to_numpy()
@@ -768,21 +786,21 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
                          short_after_sync_ns=np.where(gaps["short_gap"] & gaps["after_sync"], ns, 0))
     chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
                           columns=[*DEVICE, "step"], dtype=np.int64)
-    has_steps = set(zip(chosen["globalPid"].tolist(), chosen["deviceId"].tolist()))  # devices with chosen steps
     device = pd.MultiIndex.from_frame(gaps[DEVICE])
     stepped = device.isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
     in_steps = pd.MultiIndex.from_frame(gaps[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))
     parts = {True: _step_medians(tagged[in_steps], chosen), False: _capture_sums(tagged[~stepped])}
-    rows_of = {}
+    devices = {True: set(device[stepped].unique().tolist()), False: set(device[~stepped].unique().tolist())}
+    out = {}
     for key, part in parts.items():
         part = part[part["ns"] > 0].sort_values([*DEVICE, "ns"], ascending=[True, True, False], kind="stable")
-        parts[key] = part.reset_index(drop=True)[SUMMARY_COLUMNS]
-        rows_of[key] = part.groupby(DEVICE, sort=False).indices if len(part) else {}
-    out = {}
-    for pid, dev in sorted(set(device.tolist())):
-        key = (int(pid), int(dev))
-        part, rows = parts[key in has_steps], rows_of[key in has_steps]
-        out[key] = part.iloc[rows[(pid, dev)]].reset_index(drop=True) if (pid, dev) in rows else part.iloc[:0]
+        part = part.reset_index(drop=True)[[*DEVICE, *SUMMARY_COLUMNS]]
+        runs = dict.fromkeys(((int(p), int(d)) for p, d in devices[key]), (0, 0))
+        pid, dev = part["globalPid"].to_numpy(), part["deviceId"].to_numpy()
+        first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])))) if len(part) else []
+        bounds = np.append(first, len(part)).tolist()
+        runs.update({(int(pid[a]), int(dev[a])): (a, b) for a, b in zip(bounds[:-1], bounds[1:])})
+        out[key] = (part, runs)
     return out
 
 

@@ -402,3 +402,94 @@ def test_process_idle_union_keeps_the_calls_of_every_device(tmp_path):
             want |= (start < y) & (end > x) & (end > start)
     got = A._during_idle(runtime, united)
     assert 0 < want.sum() < len(want) and got.tolist() == want.tolist()
+
+
+def stall_facts_of_one_device(steps: pd.DataFrame, ledger: pd.DataFrame) -> dict:
+    """Reference for Analysis._stall_facts: one device's closed steps and its own ledger rows, masked."""
+    from nsysanalyze import steps as S
+    closed = steps[steps["closed"]]
+    w = closed["window_ns"].to_numpy(np.float64)
+    if len(closed) < 2 or not (w > S.STALL_FACTOR * np.median(w)).any():
+        return {}
+    stalls = closed[w > S.STALL_FACTOR * np.median(w)]
+    pid, dev = int(steps["globalPid"].iloc[0]), int(steps["deviceId"].iloc[0])
+    mine = ledger[(ledger["globalPid"] == pid) & (ledger["deviceId"] == dev) & (ledger["window"] == "step")
+                  & (ledger["kind"] == "idle") & ledger["step"].isin(stalls["step"])]
+    top = mine.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    idle = float(mine["ns"].sum())
+    return {"stall_steps": float(len(stalls)), "steady_step_count": float(len(closed)),
+            "stall_excess_ns": float(w.mean()) - float(np.median(w)), "stall_step_ns": float(np.median(stalls["window_ns"])),
+            "stall_cause": f"{top.index[0][0]}: {top.index[0][1]}" if len(top) else "",
+            "stall_before_launch_share": float(mine.loc[mine["before_launch"], "ns"].sum()) / idle if idle else 0.0}
+
+
+def spread_devices(src, tmp_path, n: int):
+    return spread(src, tmp_path, [f"UPDATE {t} SET deviceId = rowid % {n}" for t in
+                                  ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")])
+
+
+EVIDENCE_VARIANTS = ["vit_l32_2gpu_ddp_1", "2-GPU real", "workers_nonpersistent 3 devices", "ddp 7 devices",
+                     "resnet + a one-kernel device"]
+
+
+def evidence_variant(variant, tmp_path):
+    if variant == "2-GPU real":
+        return shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    if variant == "workers_nonpersistent 3 devices":
+        return spread_devices(fixture_trace("workers_nonpersistent.sqlite"), tmp_path, 3)
+    if variant == "ddp 7 devices":
+        return spread_devices(fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), tmp_path, 7)
+    if variant == "resnet + a one-kernel device":  # never idle: no gap rows (its own frame is an empty one)
+        return spread(fixture_trace("resnet18_baseline.sqlite"), tmp_path,
+                      ["UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 5 WHERE rowid = 1"])
+    return fixture_trace(f"{variant}.sqlite")
+
+
+@pytest.mark.parametrize("variant", EVIDENCE_VARIANTS)
+def test_step_evidence_equals_one_device_at_a_time(variant, tmp_path):
+    """The evidence's per-device step medians, step counts, first steps, steady steps and stall facts come from
+    one grouping of every device's steps (and one mask of the ledger); the reference masks one device at a time."""
+    with nsysanalyze.open(evidence_variant(variant, tmp_path)) as a:
+        steps, ledger = a.steps(), a.ledger()
+        medians, counts, first_steps = a._step_evidence
+        steady_ids, stalls = a._steady_ids, a._stall_facts
+    groups = dict(list(steps.groupby(["globalPid", "deviceId"])))
+    assert len(groups) == {"vit_l32_2gpu_ddp_1": 1, "2-GPU real": 2, "workers_nonpersistent 3 devices": 3,
+                           "ddp 7 devices": 7, "resnet + a one-kernel device": 2}[variant]
+    assert set(medians) == set(counts) == set(steady_ids) == {(int(p), int(d)) for p, d in groups}
+    for (p, d), mine in groups.items():
+        key = (int(p), int(d))
+        steady = metrics.steady_steps(mine)
+        pd.testing.assert_series_equal(pd.Series(medians[key]), steady.select_dtypes("number").median(), check_names=False)
+        assert counts[key] == len(mine) and steady_ids[key] == sorted(steady["step"].astype(int))
+        assert first_steps.get(key) == (float(mine.loc[~mine["closed"], "window_ns"].iloc[0])
+                                        if not mine["closed"].all() else None)
+        assert stalls.get(key, {}) == stall_facts_of_one_device(mine, ledger)
+    assert stalls or "workers" not in variant  # the 3 spread devices each show the epoch stalls
+    assert len(stalls) == 3 if "workers" in variant else True
+
+
+@pytest.mark.parametrize("variant", EVIDENCE_VARIANTS)
+def test_ledgers_and_gap_rows_equal_one_device_at_a_time(variant, tmp_path):
+    """scope_rows makes every device's scope ledger in one table (each device a slice), the JSON ledger rows are
+    converted in one pass over it, and where_gpu_waited takes every device's summary rows at once; the reference
+    runs scope_rows on one device's rows, converts one ledger at a time and joins each device's own gap frame."""
+    from nsysanalyze import ledger as L
+    from nsysanalyze.render.contract import ledger_row_records, records
+    with nsysanalyze.open(evidence_variant(variant, tmp_path)) as a:
+        rows, steady, evidence, diagnoses = a.ledger(), a._steady_ids, a.evidence(), a.diagnoses()
+        waited = a.where_gpu_waited()
+    together = L.scope_rows(rows, steady)
+    assert len(together) == len(evidence) >= 1
+    for (pid, dev), arrays in together.items():
+        alone = L.scope_rows(rows[(rows["globalPid"] == pid) & (rows["deviceId"] == dev)],
+                             {k: v for k, v in steady.items() if k == (pid, dev)})[(pid, dev)]
+        pd.testing.assert_frame_equal(arrays.frame, alone.frame)
+    ledgers = [d.ledger for d in diagnoses]
+    assert any(c for led in ledgers for c in led.claimed)  # findings claimed rows: claimed_by is not all null
+    assert ledger_row_records(ledgers) == [records(led.rows.assign(claimed_by=[c or None for c in led.claimed]))
+                                           for led in ledgers]
+    one_at_a_time = pd.concat([ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope)
+                               for ev in evidence], ignore_index=True)[waited.columns]
+    assert len(waited) > 3
+    pd.testing.assert_frame_equal(waited, one_at_a_time)
