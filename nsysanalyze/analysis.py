@@ -353,7 +353,7 @@ class Analysis:
 
     @cached_property
     def _evidence(self) -> list[Evidence]:
-        summary, steps = self._summary, self._steps_metrics
+        summary = self._summary
         if summary.empty:
             return []
         facts_all = self._facts()
