@@ -187,12 +187,15 @@ def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path
 
 
 @pytest.mark.parametrize("rel", ["public/pipit__perlmutter-cloverleaf-cuda.sqlite", "public/kamalchowdhury326__report1.sqlite",
-                                 "public/bwyogatama__report1.sqlite"])
-def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
-    """metrics._munmap_gpu_idle groups the munmap calls once; the reference masks them per window."""
+                                 "public/bwyogatama__report1.sqlite", "workers_nonpersistent over 3 devices"])
+def test_munmap_gpu_idle_equals_one_mask_per_window(rel, tmp_path):
+    """metrics._munmap_gpu_idle groups the munmap calls once (one union per process for all of its devices);
+    the reference masks them per window."""
     from nsysanalyze import metrics as M
     from nsysanalyze.intervals import Coverage, intersection_within
-    with nsysanalyze.open(shared_trace(rel)) as a:
+    path = (spread_devices(fixture_trace("workers_nonpersistent.sqlite"), tmp_path, 3) if "over" in rel
+            else shared_trace(rel))
+    with nsysanalyze.open(path) as a:
         summary, munmap = a.summary(), a.trace.osrt(("munmap",))
         busy = M.busy_coverage(a.trace.kernels, a.trace.memcpys, a.trace.memsets)
     windows = summary.assign(globalTid=-1)[["globalPid", "deviceId", "globalTid", "window_start", "window_end"]]
@@ -208,6 +211,8 @@ def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
         expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
     assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
     assert summary["munmap_gpu_idle_ns"].tolist() == expected
+    if "over" in rel:  # one process, three devices: each device's idle under the process's munmaps
+        assert len(windows) == 3 and sum(v > 0 for v in expected) >= 2
 
 
 def test_idle_intervals_are_the_complement_of_busy_per_ns():
