@@ -542,15 +542,19 @@ def _lane_calls(host: pd.DataFrame, pids: np.ndarray, lo: int, stride: int) -> d
     """The host intervals of the processes ``pids`` on their lanes (process j's times - lo + j x stride), sorted by
     start: start, end, reach (the furthest end so far), level, cause (codes into the categories)."""
     pid = host["globalPid"].to_numpy(np.int64) if len(host) else np.empty(0, np.int64)
-    rows = np.flatnonzero(np.isin(pid, pids))
-    shift = np.searchsorted(pids, pid[rows]) * stride - lo
-    start = host["start"].to_numpy(np.int64)[rows] + shift
-    order = np.argsort(start, kind="stable")  # a process's calls by start (its lane's order)
-    rows = rows[order]
-    end = host["end"].to_numpy(np.int64)[rows] + shift[order]
-    return {"start": start[order], "end": end, "reach": np.maximum.accumulate(end) if end.size else end,
-            "level": host["level"].to_numpy()[rows] if rows.size else np.empty(0, np.int8),
-            "cause": host["cause"].cat.codes.to_numpy(np.int64)[rows] if rows.size else np.empty(0, np.int64)}
+    start, end = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
+    level, cause = host["level"].to_numpy(), host["cause"].cat.codes.to_numpy() if len(host) else np.empty(0, np.int8)
+    if pids.size == 1 and pid.size and bool((pid == pids[0]).all()):  # one process: no row selection, one shift
+        start, end = start - lo, end - lo
+    else:
+        rows = np.flatnonzero(np.isin(pid, pids))
+        shift = np.searchsorted(pids, pid[rows]) * stride - lo
+        start, end, level, cause = start[rows] + shift, end[rows] + shift, level[rows], cause[rows]
+    if not is_sorted(start):  # a process's calls by start (its lane's order)
+        order = np.argsort(start, kind="stable")
+        start, end, level, cause = start[order], end[order], level[order], cause[order]
+    return {"start": start, "end": end, "reach": np.maximum.accumulate(end) if end.size else end,
+            "level": level, "cause": cause}
 
 
 def _cause_timeline(calls: dict[str, np.ndarray], a: int, b: int, n_causes: int) -> dict[str, np.ndarray]:
