@@ -426,14 +426,15 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
 
     Devices (rows of ``capture`` with idle in their window; with ``window`` (t0, t1 ns) only the idle
     intervals overlapping it) are laid side by side, one lane per device (lane d shifted by d x stride,
-    as in metrics), and their processes one lane each, in batches that fit STACK_LIMIT. Per batch, the
-    cause timeline of every process (:func:`_cause_timeline`); then, IDLE_CHUNK idle intervals at a time
-    (bounded temporaries), the *pieces*: the idle cut at every point where a device attribute changes —
-    idle edges, the first sync return in each idle interval, step window starts and first launches, and
-    where a step's window end and CPU start take effect (the first point at or after them: an elementary
-    segment takes the attributes of its start). Yields (pieces, timeline): pieces' arrays device (row in
-    ``capture``), start, end (ns), proc_start, proc_end (the same on the process's lane), step (-1: none),
-    before_launch, after_sync, short_gap; timeline as :func:`_cause_timeline`.
+    as in metrics), and their processes one lane each, in batches that fit STACK_LIMIT. Then, IDLE_CHUNK
+    idle intervals at a time (bounded temporaries), the cause timeline of their processes
+    (:func:`_cause_timeline`) and the *pieces*: the idle cut at every point where a device attribute
+    changes — idle edges, the first sync return in each idle interval, step window starts and first
+    launches, and where a step's CPU start takes effect (the first point at or after it: an elementary
+    segment takes the attributes of its start; a window ends at an activity's end, never inside idle).
+    Yields (pieces, timeline): pieces' arrays device (row in ``capture``), start, end (ns), proc_start,
+    proc_end (the same on the process's lane), step (-1: none), before_launch, after_sync, short_gap;
+    timeline as :func:`_cause_timeline`.
     """
     devices = []
     if capture.empty:
