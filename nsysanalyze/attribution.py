@@ -430,8 +430,8 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
     idle intervals at a time (bounded temporaries), the cause timeline of their processes
     (:func:`_cause_timeline`) and the *pieces*: the idle cut at every point where a device attribute
     changes — idle edges, the first sync return in each idle interval, step window starts and first
-    launches, and where a step's CPU start takes effect (the first point at or after it: an elementary
-    segment takes the attributes of its start; a window ends at an activity's end, never inside idle).
+    launches, and where a step's CPU start and window end take effect (the first point at or after them:
+    an elementary segment takes the attributes of its start).
     Yields (pieces, timeline): pieces' arrays device (row in ``capture``), start, end (ns), proc_start,
     proc_end (the same on the process's lane), step (-1: none), before_launch, after_sync, short_gap;
     timeline as :func:`_cause_timeline`.
@@ -472,8 +472,7 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
     ends = np.sort(ends[mine] + np.searchsorted(pids, syncs["globalPid"].to_numpy(np.int64)[mine]) * stride - lo)
     win = _lane_steps(steps, [(d[1], d[2]) for d in devices], device_shift)
     step_points = unique_sorted(np.concatenate([win["window_start"], win["first_launch"]]))
-    cpu_order = np.argsort(win["cpu_start"], kind="stable")
-    cpu_starts = win["cpu_start"][cpu_order]
+    edges = np.sort(np.concatenate([win["cpu_start"], win["window_end"]]))  # where a step's tests on a time change
     for d, s, e in _idle_chunks(devices, device_shift):
         fs = np.full(s.size, NEVER)  # earliest sync return inside each idle interval
         if ends.size:
@@ -483,11 +482,12 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
         timeline = _cause_timeline(calls, s[0] + to_process[d[0]], e[-1] + to_process[d[-1]], len(_causes(host)))
         inner = step_points[np.searchsorted(step_points, s[0]):np.searchsorted(step_points, e[-1], side="right")]
         p = unique_sorted(np.concatenate([s, e, fs[fs != NEVER], inner]))
-        # a step's CPU start inside an idle interval takes effect at the first point at or after it (a segment
-        # has the attributes of its start): no idle edge, host edge or step point lies between them
-        t = cpu_starts[np.searchsorted(cpu_starts, s[0]):np.searchsorted(cpu_starts, e[-1])]
+        # a step's CPU start or window end inside an idle interval takes effect at the first point at or after
+        # it (a segment has the attributes of its start): no idle edge, host edge or step point lies between them
+        t = edges[np.searchsorted(edges, s[0]):np.searchsorted(edges, e[-1])]
         k = np.searchsorted(s, t, side="right") - 1
-        t, k = t[(k >= 0) & (t < e[np.maximum(k, 0)])], k[(k >= 0) & (t < e[np.maximum(k, 0)])]
+        inside = (k >= 0) & (t < e[np.maximum(k, 0)])
+        t, k = t[inside], k[inside]
         if t.size:
             bounds, to_proc = timeline["bounds"], to_process[d[k]]
             host_at = bounds[np.minimum(np.searchsorted(bounds, t + to_proc, side="left"), bounds.size - 1)] - to_proc

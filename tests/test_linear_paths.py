@@ -355,8 +355,8 @@ SPREAD_ONE_PROCESS = [f"UPDATE {t} SET deviceId = rowid % 7" for t in
                       ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
 
 
-@pytest.mark.parametrize("variant", ["vit_l32_2gpu_ddp_0", "vit_l32_2gpu_powersgd_1", "2-GPU real",
-                                     "ddp 7 devices", "resnet 5 processes"])
+@pytest.mark.parametrize("variant", ["vit_l32_2gpu_ddp_0", "vit_l32_2gpu_powersgd_1", "gloo_8rank_0", "clip_item",
+                                     "2-GPU real", "ddp 7 devices", "resnet 5 processes"])
 def test_attribution_equals_one_device_at_a_time(variant, tmp_path, monkeypatch):
     """attribute lays every device (and process) side by side and sums each idle piece's causes from its
     process's cause timeline; the reference takes one device at a time, segment by segment. Also in slices
