@@ -27,6 +27,7 @@ from . import ledger as L
 from . import metrics as M
 from . import steps as S
 from .errors import InputError
+from .intervals import group_codes
 from .memory import release_freed_memory
 from .rules import Diagnosis, Evidence, Finding, diagnose_devices, order
 from .trace import Trace
@@ -353,71 +354,132 @@ class Analysis:
 
     @cached_property
     def _evidence(self) -> list[Evidence]:
-        summary, steps = self._summary, self._steps_metrics
+        summary = self._summary
         if summary.empty:
             return []
         facts_all = self._facts()
-        steady = M.steady_steps(steps) if not steps.empty else steps
-        steady_ids = {(int(p), int(d)): sorted(g["step"].astype(int)) for (p, d), g in
-                      steady.groupby(["globalPid", "deviceId"])} if not steady.empty else {}
-        gaps = A.summarize(self.gaps(), steady_ids)
+        steady_ids = self._steady_ids
+        gaps = A.by_device(self._gap_summary)
         ledgers = L.scope_rows(self._ledger_rows, steady_ids)
         coverage = self._step_coverage
         gpu_names = self._gpu_names
-        # rows grouped once (not one mask per device): linear in devices and processes
-        step_rows = steps.groupby(["globalPid", "deviceId"]).indices if not steps.empty else {}
+        # every device's step medians, first steps and stalls from one grouping (not one mask per device)
+        medians, step_counts, first_steps = self._step_evidence
+        stalls = self._stall_facts
         per_name = self.subranges().groupby(["globalPid", "name"]).agg(ns=("ns", "median"), share=("share", "median"))
         subranges_of: dict[int, dict[str, tuple[float, float]]] = {}
         for (p, name), ns, share in zip(per_name.index, per_name["ns"], per_name["share"]):
             subranges_of.setdefault(int(p), {})[name] = (float(ns), float(share))
         out = []
-        for _, row in summary.iterrows():
+        columns = list(summary.columns)
+        for values in summary.to_numpy().tolist():  # one common dtype per row, as iterrows gives (all numeric)
+            row = dict(zip(columns, values))
             pid, dev = int(row["globalPid"]), int(row["deviceId"])
-            mine = steps.iloc[step_rows[(pid, dev)]] if (pid, dev) in step_rows else steps.iloc[:0]
-            if not mine.empty:
-                m = M.steady_steps(mine).select_dtypes("number").median().to_dict()
+            if (pid, dev) in medians:
+                m = dict(medians[(pid, dev)])
                 if self._step_choice.source == "nvtx":  # windows of inferred steps partition the copies already
-                    m.update(copies_per_step(row, len(mine)))
+                    m.update(copies_per_step(row, step_counts[(pid, dev)]))
                 scope = "step median"
             else:
-                m, scope = row.to_dict(), "capture"
+                m, scope = row, "capture"
             facts = dict(facts_all)
             facts.update(self._device_facts(pid, dev))
             facts["confidence_factor"] = confidence_factor(self._step_choice.source, len(steady_ids.get((pid, dev), [])),
                                                            coverage.get((pid, dev), 0.0), scope)
             facts["steady_steps"] = float(len(steady_ids.get((pid, dev), [])))
-            facts.update(self._stall_facts(pid, dev, mine))
-            if not mine.empty and not mine["closed"].all():  # the first step, left out of the medians
-                facts["first_step_ns"] = float(mine.loc[~mine["closed"], "window_ns"].iloc[0])
+            facts.update(stalls.get((pid, dev), {}))
+            if (pid, dev) in first_steps:  # the first step, left out of the medians
+                facts["first_step_ns"] = first_steps[(pid, dev)]
                 facts["capture_ns"] = float(row["window_ns"])
             out.append(Evidence(globalPid=pid, deviceId=dev, scope=scope, m=m, subranges=dict(subranges_of.get(pid, {})),
                                 facts=facts, gaps=gaps.get((pid, dev), pd.DataFrame({c: [] for c in A.SUMMARY_COLUMNS})),
                                 framework=self.framework.name, gpu_name=gpu_names.get(dev, ""),
-                                ledger=L.Ledger.of(ledgers.get((pid, dev), L.EMPTY_ROWS), m)))
+                                ledger=L.Ledger.of(ledgers.get((pid, dev), L.EMPTY_LEDGER_ROWS), m)))
         return out
 
-    def _stall_facts(self, pid: int, dev: int, steps: pd.DataFrame) -> dict:
-        """Steady steps far longer than the median (S.STALL_FACTOR×: an epoch boundary, a periodic checkpoint or
-        evaluation): stall_steps, steady_step_count, stall_excess_ns (mean − median step window, ns: what the
-        stalls add to every step on average), stall_cause ('kind: cause' of their largest idle) and
-        stall_before_launch_share (of their idle, the share before the step's first launch)."""
-        closed = steps[steps["closed"]] if len(steps) else steps
-        if len(closed) < 2:
+    @cached_property
+    def _gap_summary(self) -> dict[bool, tuple]:
+        """Every device's idle per cause at the evidence's scope (attribution.summary_parts)."""
+        return A.summary_parts(self.gaps(), self._steady_ids)
+
+    @cached_property
+    def _steady_ids(self) -> dict[tuple[int, int], list[int]]:
+        """(globalPid, deviceId) -> its steady steps (metrics.steady_steps), sorted."""
+        steps = self._steps_metrics
+        if steps.empty:
             return {}
+        steady = M.steady_steps(steps)
+        pid, dev, step = (steady[c].to_numpy(np.int64) for c in ("globalPid", "deviceId", "step"))
+        order = np.lexsort((step, dev, pid))
+        pid, dev, step = pid[order], dev[order], step[order]
+        first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])))) if pid.size else []
+        return {(int(pid[a]), int(dev[a])): s.tolist() for a, s in zip(first, np.split(step, first[1:]))}
+
+    @cached_property
+    def _step_evidence(self) -> tuple[dict, dict, dict]:
+        """Per (globalPid, deviceId) with steps: the medians over its steady steps of every numeric step metric,
+        its number of steps, and the window (ns) of its first step when that one is not closed (left out of
+        the medians) — every device in one grouping."""
+        steps = self._steps_metrics
+        if steps.empty:
+            return {}, {}, {}
+        code, (pids, devs) = group_codes(steps["globalPid"].to_numpy(np.int64), steps["deviceId"].to_numpy(np.int64))
+        keys = list(zip(pids.tolist(), devs.tolist()))
+        steady = M.steady_steps(steps.assign(_device=code))
+        numeric = steps.select_dtypes("number").columns
+        medians = steady[numeric].groupby(steady["_device"].to_numpy()).median()
+        counts = np.bincount(code, minlength=len(keys))
+        closed = steps["closed"].to_numpy(bool) if "closed" in steps else np.ones(len(steps), bool)
+        open_rows = np.flatnonzero(~closed)
+        first = open_rows[np.unique(code[open_rows], return_index=True)[1]]  # each device's first step not closed
+        window = steps["window_ns"].to_numpy()
+        return ({keys[g]: m for g, m in zip(medians.index.tolist(), medians.to_dict("records"))},
+                {k: int(n) for k, n in zip(keys, counts)},
+                {keys[code[r]]: float(window[r]) for r in first.tolist()})
+
+    @cached_property
+    def _stall_facts(self) -> dict[tuple[int, int], dict]:
+        """Per (globalPid, deviceId) with closed steps far longer than their median (S.STALL_FACTOR×: an epoch
+        boundary, a periodic checkpoint or evaluation): stall_steps, steady_step_count, stall_excess_ns (mean −
+        median step window, ns: what the stalls add to every step on average), stall_step_ns, stall_cause ('kind:
+        cause' of their largest idle) and stall_before_launch_share (of their idle, the share before the step's
+        first launch). Every device's steps and the ledger's rows are grouped once."""
+        steps = self._steps_metrics
+        if steps.empty or "closed" not in steps:
+            return {}
+        closed = steps[steps["closed"].to_numpy(bool)]
+        code, (pids, devs) = group_codes(closed["globalPid"].to_numpy(np.int64), closed["deviceId"].to_numpy(np.int64))
         w = closed["window_ns"].to_numpy(np.float64)
-        median = float(np.median(w))
-        stalls = closed[w > S.STALL_FACTOR * median]
-        if stalls.empty:
+        count = np.bincount(code, minlength=pids.size)
+        median = A._median_padded_with_zeros(code, w, count)
+        stall = (count[code] >= 2) & (w > S.STALL_FACTOR * median[code])
+        if not stall.any():
             return {}
+        stall_code = code[stall]
+        n_stalls = np.bincount(stall_code, minlength=pids.size)
+        stall_median = A._median_padded_with_zeros(stall_code, w[stall], n_stalls)
+        mean = np.bincount(code, weights=w, minlength=pids.size) / np.maximum(count, 1)
         rows = self._ledger_rows
-        mine = rows[(rows["globalPid"] == pid) & (rows["deviceId"] == dev) & (rows["window"] == "step")
-                    & (rows["kind"] == "idle") & rows["step"].isin(stalls["step"])]
-        top = L.cause_totals(mine)
-        idle = float(mine["ns"].sum())
-        return {"stall_steps": float(len(stalls)), "steady_step_count": float(len(closed)),
-                "stall_excess_ns": float(w.mean()) - median, "stall_step_ns": float(np.median(stalls["window_ns"])),
-                "stall_cause": f"{top.index[0][0]}: {top.index[0][1]}" if len(top) else "",
-                "stall_before_launch_share": float(mine.loc[mine["before_launch"], "ns"].sum()) / idle if idle else 0.0}
+        rows = rows[(rows["window"] == "step").to_numpy() & (rows["kind"] == "idle").to_numpy()]
+        stalled = closed[stall][["globalPid", "deviceId", "step"]].astype(np.int64)
+        rows = rows[pd.MultiIndex.from_frame(rows[["globalPid", "deviceId", "step"]].astype(np.int64)).isin(
+            pd.MultiIndex.from_frame(stalled))]
+        device = ["globalPid", "deviceId"]
+        idle = rows.groupby(device)["ns"].sum()
+        before = rows[rows["before_launch"].to_numpy(bool)].groupby(device)["ns"].sum()
+        causes = rows.groupby([*device, "what", "cause"], sort=False)["ns"].sum().reset_index()
+        top = causes.sort_values("ns", ascending=False, kind="stable").drop_duplicates(device)  # ties: first seen
+        top = {(int(p), int(d)): f"{w_}: {c}" for p, d, w_, c in zip(top["globalPid"], top["deviceId"], top["what"],
+                                                                    top["cause"])}
+        out = {}
+        for g in np.flatnonzero(n_stalls).tolist():
+            key = (int(pids[g]), int(devs[g]))
+            idle_ns = float(idle.get(key, 0))
+            out[key] = {"stall_steps": float(n_stalls[g]), "steady_step_count": float(count[g]),
+                        "stall_excess_ns": float(mean[g]) - float(median[g]), "stall_step_ns": float(stall_median[g]),
+                        "stall_cause": top.get(key, ""),
+                        "stall_before_launch_share": float(before.get(key, 0)) / idle_ns if idle_ns else 0.0}
+        return out
 
     @cached_property
     def _step_coverage(self) -> dict[tuple[int, int], float]:
@@ -584,10 +646,26 @@ class Analysis:
         steady step, or whole capture without steps), with the parts before the step's first launch, after
         host syncs, in short gaps and in short gaps after syncs: globalPid, deviceId, scope, then
         attribution.SUMMARY_COLUMNS (cause_kind, cause, ns, before_launch_ns, after_sync_ns, short_gap_ns,
-        short_after_sync_ns)."""
-        rows = [ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope) for ev in self.evidence()]
+        short_after_sync_ns). Devices in the evidence's order, every device's rows taken at once."""
         cols = ["globalPid", "deviceId", "scope", *A.SUMMARY_COLUMNS]
-        return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+        evidence = self.evidence()
+        if not evidence:
+            return pd.DataFrame(columns=cols)
+        parts = self._gap_summary
+        runs = {key: (stepped, lo, hi) for stepped, (_, r) in parts.items() for key, (lo, hi) in r.items()}
+        order = {(ev.globalPid, ev.deviceId): i for i, ev in enumerate(evidence)}
+        frames, empty = [], {}  # the rows of each part, and one empty frame per kind of device without rows
+        for stepped, (part, _) in parts.items():
+            if len(part):
+                frames.append(part.assign(scope="step median" if stepped else "capture", _order=[
+                    order[k] for k in zip(part["globalPid"].tolist(), part["deviceId"].tolist())]))
+        for ev in evidence:  # as each device's own frame would join the others (its dtypes count, rows or not)
+            stepped, lo, hi = runs.get((ev.globalPid, ev.deviceId), (None, 0, 0))
+            if hi == lo and stepped not in empty:
+                rows = parts[stepped][0].iloc[:0][A.SUMMARY_COLUMNS] if stepped is not None else ev.gaps
+                empty[stepped] = rows.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope, _order=0)
+        every = pd.concat(frames + list(empty.values()), ignore_index=True)
+        return every.sort_values("_order", kind="stable").reset_index(drop=True)[cols]
 
 
 def confidence_factor(step_source: str | None, steady: int, coverage: float, scope: str) -> float:

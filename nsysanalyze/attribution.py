@@ -39,8 +39,13 @@ returned in it (a sync drains the GPU's queue: until the host launches again the
 ``short_gap`` when its idle interval is shorter than SHORT_GAP_NS (the µs gaps between the kernels
 of a loop the host cannot feed fast enough).
 
-Cost: one sort of the merged boundaries per device and a searchsorted per precedence level:
-linear in events after the sort.
+The host state at an instant is a property of the process: its host intervals (those overlapping the idle
+of any of its devices) define one cause timeline per process, shared by its devices.
+
+Cost: every device and process in one pass, side by side on one time axis (:func:`_idle_pieces`): one sort of
+the host-interval edges and a searchsorted per precedence level for the cause timeline, then per device its
+idle cut where its step or tags change, each piece's ns per cause from the timeline (prefix sums per cause
+over long pieces): linear in events after the sorts, a device costing its own idle intervals and steps.
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import Coverage, group_indices, is_sorted, isin_blocks, row_blocks, unique_sorted
+from .intervals import BLOCK, Coverage, group_indices, is_sorted, isin_blocks, lanes_per_batch, row_blocks, union, unique_sorted
 from .steps import group_name, rows_by_process
 from .trace.tables import PROCESS_MASK, pid_of
 
@@ -67,8 +72,10 @@ LONG_INIT_NS = 10_000_000   # an allocation call this long while the GPU idles i
 WARMUP_RANGE = re.compile(r"(?i).*(compil|\bjit\b|nvrtc|autotun|\btuning|warm.?up|codegen|lowering|"
                           r"dynamo|inductor|Torch-Compiled Region).*")
 IDLE_CHUNK = 1 << 17    # idle intervals attributed at a time (bounds the per-segment temporaries)
+DEVICE = ["globalPid", "deviceId"]
 GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "short_gap", "ns"]
 SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
+NEVER = np.iinfo(np.int64).max  # a time after every other (no sync return in an idle interval, no point left)
 
 
 def api_base_name(name: str) -> str:
@@ -91,14 +98,16 @@ def api_is(runtime: pd.DataFrame, categories) -> np.ndarray:
 
 
 def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> dict[int, list[tuple]]:
-    """Per process: the GPU idle intervals (starts, ends) of each of its devices inside its capture window
-    (``idle``: :func:`idle_by_device`)."""
-    out: dict[int, list[tuple]] = {}
-    for row in capture.itertuples(index=False):
-        key = (int(row.globalPid), int(row.deviceId))
+    """Per process: the GPU idle intervals (starts, ends) inside the capture windows of its devices, as one
+    list entry — the union of its devices' (``idle``: :func:`idle_by_device`): a host interval overlaps the
+    idle of one of them exactly when it overlaps that union."""
+    parts: dict[int, list[tuple]] = {}
+    for pid, dev, a, b in capture[[*DEVICE, "window_start", "window_end"]].to_numpy(np.int64):
+        key = (int(pid), int(dev))
         if key in idle:
-            out.setdefault(key[0], []).append(_idle_within(idle[key], int(row.window_start), int(row.window_end)))
-    return out
+            parts.setdefault(key[0], []).append(_idle_within(idle[key], int(a), int(b)))
+    return {pid: p if len(p) == 1 else [union(np.concatenate([s for s, _ in p]), np.concatenate([e for _, e in p]))]
+            for pid, p in parts.items()}
 
 
 def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
@@ -226,6 +235,11 @@ def _sorted_concat(parts: list) -> pd.DataFrame:
     frame = pd.DataFrame({c: columns.pop(c) for c in HOST_COLUMNS}, copy=False)
     frame["cause"] = pd.Categorical.from_codes(arranged(cause.codes), cause.categories)
     return frame
+
+
+def _sorted_within(pid: np.ndarray, start: np.ndarray) -> bool:
+    """Whether ``start`` is sorted within each run of equal ``pid`` (``pid`` sorted)."""
+    return bool(((start[1:] >= start[:-1]) | (pid[1:] != pid[:-1])).all())
 
 
 def _os_part(osrt: pd.DataFrame, runtime: pd.DataFrame, primary: dict[int, int], launch_tids: set) -> dict:
@@ -419,17 +433,45 @@ def _idle_within(idle: tuple[np.ndarray, np.ndarray], a: int, b: int) -> tuple[n
 def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple],
               host: pd.DataFrame, syncs: pd.DataFrame) -> pd.DataFrame:
     """Attribution of each device's GPU idle time: one row per (globalPid, deviceId, step, cause_kind,
-    cause, before_launch, after_sync) with the idle ns (step -1: idle outside every step window).
+    cause, before_launch, after_sync, short_gap) with the idle ns (step -1: idle outside every step window),
+    by device (in ``capture``'s order), then step, cause kind (LEVELS' order), cause code and tags.
 
     ``capture``: one window per (globalPid, deviceId) (window_start, window_end ns); ``steps``: step
-    windows (globalPid, deviceId, step, window_start, window_end, cpu_start, cpu_end, first_launch ns);
+    windows (globalPid, deviceId, step, window_start, window_end, cpu_start, first_launch ns);
     ``idle``: :func:`idle_by_device`; ``host``: :func:`host_intervals`; ``syncs``: :func:`sync_ends`.
+    Every device in one pass (:func:`_idle_pieces`): a piece's idle ns per cause come from its process's
+    cause timeline, so a device costs its own idle intervals and steps, not its process's host calls.
     """
-    out = [_device_gaps(*part) for part in _idle_parts(capture, steps, idle, host, syncs)]
-    gaps = pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in GAP_COLUMNS})
-    if len(out) > 1:  # slices of one device share groups
-        gaps = gaps.groupby([c for c in GAP_COLUMNS if c != "ns"], as_index=False, sort=False)["ns"].sum()[GAP_COLUMNS]
-    return gaps.astype({"ns": np.int64, "step": np.int64})
+    causes = _causes(host)
+    parts = []
+    for pieces, timeline in _idle_pieces(capture, steps, idle, host, syncs):
+        which, label, ns = _label_sums(pieces["proc_start"], pieces["proc_end"], timeline["bounds"],
+                                       timeline["label"], timeline["level"].size)
+        flags = pieces["before_launch"][which] * 4 + pieces["after_sync"][which] * 2 + pieces["short_gap"][which]
+        group = ((((pieces["step"][which] + 1) * len(LEVELS) + timeline["level"][label]) * (len(causes) + 1)
+                  + timeline["cause"][label] + 1) * 8 + flags)
+        parts.append(_sum_by(pieces["device"][which], group, ns))
+    if not parts:
+        return pd.DataFrame({c: [] for c in GAP_COLUMNS}).astype({"ns": np.int64, "step": np.int64})
+    device, group, ns = _sum_by(*(np.concatenate(c) for c in zip(*parts)))  # a device's chunks share groups
+    rest, flags = np.divmod(group, 8)
+    rest, cause = np.divmod(rest, len(causes) + 1)
+    step, level = np.divmod(rest, len(LEVELS))
+    keys = capture[DEVICE].to_numpy(np.int64)[device]
+    return pd.DataFrame({"globalPid": keys[:, 0], "deviceId": keys[:, 1], "step": step - 1,
+                         "cause_kind": np.array(LEVELS, dtype=object)[level], "cause": _cause_names(cause - 1, causes),
+                         "before_launch": flags >= 4, "after_sync": (flags & 2) > 0, "short_gap": (flags & 1) > 0,
+                         "ns": ns})
+
+
+def _sum_by(device: np.ndarray, group: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ns (int64) summed per (device, group): (device, group, ns) of each, by device then group."""
+    order = np.lexsort((group, device))
+    device, group, ns = device[order], group[order], ns[order].astype(np.int64)
+    if not ns.size:
+        return device, group, ns
+    first = np.flatnonzero(np.concatenate(([True], (device[1:] != device[:-1]) | (group[1:] != group[:-1]))))
+    return device[first], group[first], np.add.reduceat(ns, first)
 
 
 SEGMENT_COLUMNS = ["globalPid", "deviceId", "start", "end", "cause_kind", "cause", "step"]
@@ -441,62 +483,244 @@ def idle_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[i
     (globalPid, deviceId, start, end, cause_kind, cause, step; step -1 outside every step window), by
     device then start. Arguments as :func:`attribute`; the attributed idle of [t0, t1) is their sum."""
     out = []
-    for key, idle_s, idle_e, mine, near, ends in _idle_parts(capture, steps, idle, host, syncs, (t0, t1)):
-        seg = _segments(idle_s, idle_e, mine, near, ends)
-        start, end = np.maximum(seg["start"], t0), np.minimum(seg["end"], t1)
+    for pieces, timeline in _idle_pieces(capture, steps, idle, host, syncs, (t0, t1)):
+        which, j, start, end = _timeline_pieces(pieces["proc_start"], pieces["proc_end"], timeline["bounds"])
+        back = (pieces["start"] - pieces["proc_start"])[which]  # from the process's lane to the device's times
+        start, end = np.maximum(start + back, t0), np.minimum(end + back, t1)
         keep = end > start
+        which, label = which[keep], timeline["label"][j[keep]]
+        keys = capture[DEVICE].to_numpy(np.int64)[pieces["device"][which]]
         out.append(pd.DataFrame({
-            "globalPid": key[0], "deviceId": key[1], "start": start[keep], "end": end[keep],
-            "cause_kind": np.array(LEVELS, dtype=object)[seg["level"][keep]],
-            "cause": _cause_names(seg["cause"][keep], seg["causes"]), "step": seg["step"][keep]}))
+            "globalPid": keys[:, 0], "deviceId": keys[:, 1], "start": start[keep], "end": end[keep],
+            "cause_kind": np.array(LEVELS, dtype=object)[timeline["level"][label]],
+            "cause": _cause_names(timeline["cause"][label], _causes(host)), "step": pieces["step"][which]}))
     if not out:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}).astype(
             {c: np.int64 for c in ("globalPid", "deviceId", "start", "end", "step")})
     return pd.concat(out, ignore_index=True)[SEGMENT_COLUMNS]
 
 
-def _idle_parts(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
-                syncs: pd.DataFrame, window: tuple[int, int] | None = None):
-    """Per device of ``capture``, a slice of IDLE_CHUNK idle intervals at a time (bounded temporaries): (key,
-    idle starts, idle ends, the device's steps by window_start, the host intervals that can reach those
-    intervals, the process's sync ends sorted). ``window`` (t0, t1 ns): only the idle intervals overlapping it."""
-    host_groups = dict(group_indices(host["globalPid"].to_numpy())) if len(host) else {}
-    sync_groups = dict(group_indices(syncs["globalPid"].to_numpy())) if len(syncs) else {}
-    step_groups = ({k: steps.iloc[i] for k, i in steps.groupby(["globalPid", "deviceId"]).indices.items()}
-                   if len(steps) else {})
-    by_process: dict[int, tuple] = {}  # per process, made once: host calls sorted by start, their reach, sync ends
+def _causes(host: pd.DataFrame) -> pd.Index:
+    """The host intervals' cause names (their categories: codes index them)."""
+    return host["cause"].cat.categories if len(host) else pd.Index([])
 
-    def of_process(pid: int) -> tuple:
-        if pid not in by_process:
-            idx = host_groups.get((pid,), False)
-            h = host.iloc[:0] if idx is False else host if idx is None else host.iloc[idx]
-            if not is_sorted(h["start"].to_numpy()):  # host_intervals' rows are: no copy then
-                h = h.iloc[np.argsort(h["start"].to_numpy(), kind="stable")]  # by start: each slice's calls are a range
-            he = h["end"].to_numpy()
-            reach = np.maximum.accumulate(he) if he.size else he  # furthest end of the calls started so far
-            idx = sync_groups.get((pid,), False)
-            ends = (np.empty(0, np.int64) if idx is False else
-                    np.sort(syncs["end"].to_numpy() if idx is None else syncs["end"].to_numpy()[idx], kind="stable"))
-            by_process[pid] = (h, h["start"].to_numpy(), reach, ends)
-        return by_process[pid]
 
-    no_steps = steps.iloc[:0]
-    for row in capture.itertuples(index=False):
-        key = (int(row.globalPid), int(row.deviceId))
-        idle_s, idle_e = _idle_within(idle[key], int(row.window_start), int(row.window_end))
+def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
+                 syncs: pd.DataFrame, window: tuple[int, int] | None = None):
+    """Every device's idle cut where its attributes change, with each process's cause timeline.
+
+    Devices (rows of ``capture`` with idle in their window; with ``window`` (t0, t1 ns) only the idle
+    intervals overlapping it) are laid side by side, one lane per device (lane d shifted by d x stride,
+    as in metrics), and their processes one lane each, in batches that fit STACK_LIMIT. Then, IDLE_CHUNK
+    idle intervals at a time (bounded temporaries), the cause timeline of their processes
+    (:func:`_cause_timeline`) and the *pieces*: the idle cut at every point where a device attribute
+    changes — idle edges, the first sync return in each idle interval, step window starts and first
+    launches, and where a step's CPU start and window end take effect (the first point at or after them:
+    an elementary segment takes the attributes of its start).
+    Yields (pieces, timeline): pieces' arrays device (row in ``capture``), start, end (ns), proc_start,
+    proc_end (the same on the process's lane), step (-1: none), before_launch, after_sync, short_gap;
+    timeline as :func:`_cause_timeline`.
+    """
+    devices = []
+    if capture.empty:
+        return
+    for pos, (pid, dev, a, b) in enumerate(capture[[*DEVICE, "window_start", "window_end"]].to_numpy(np.int64)):
+        s, e = _idle_within(idle[(int(pid), int(dev))], int(a), int(b))
         if window is not None:
-            i, j = int(np.searchsorted(idle_e, window[0], side="right")), int(np.searchsorted(idle_s, window[1]))
-            idle_s, idle_e = idle_s[i:j], idle_e[i:j]
-        if idle_s.size == 0:
-            continue
-        mine = step_groups.get(key, no_steps).sort_values("window_start")
-        h, hs, reach, ends = of_process(key[0])
-        for lo in range(0, idle_s.size, IDLE_CHUNK):
-            a, b = idle_s[lo:lo + IDLE_CHUNK], idle_e[lo:lo + IDLE_CHUNK]
-            first, last = int(np.searchsorted(reach, a[0], side="right")), int(np.searchsorted(hs, b[-1], side="left"))
-            near = h.iloc[first:max(first, last)]
-            near = near[near["end"].to_numpy() > a[0]]
-            yield key, a, b, mine, near, ends
+            i, j = int(np.searchsorted(e, window[0], side="right")), int(np.searchsorted(s, window[1]))
+            s, e = s[i:j], e[i:j]
+        if s.size:
+            devices.append((pos, int(pid), int(dev), s, e))
+    if not devices:
+        return
+    step_cols = ["window_start", "window_end", "cpu_start", "first_launch"]
+    times = [np.array([min(d[3][0] for d in devices), max(d[4][-1] for d in devices)], np.int64)]
+    times += [steps[c].to_numpy(np.int64) for c in step_cols] if len(steps) else []
+    times += [host[c].to_numpy(np.int64) for c in ("start", "end")] + [syncs["end"].to_numpy(np.int64)]
+    lo, hi = min(int(t.min()) for t in times if t.size), max(int(t.max()) for t in times if t.size)
+    stride = hi - lo + 1
+    per_batch = lanes_per_batch(stride)
+    for first in range(0, len(devices), per_batch):
+        yield from _batch_pieces(devices[first:first + per_batch], steps, host, syncs, lo, stride)
+
+
+def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame, syncs: pd.DataFrame, lo: int,
+                  stride: int):
+    """:func:`_idle_pieces` of one batch of devices ((row, globalPid, deviceId, idle starts, idle ends) each)."""
+    rows, pid = (np.array([d[i] for d in devices], np.int64) for i in (0, 1))
+    pids = np.unique(pid)
+    device_shift = np.arange(len(devices), dtype=np.int64) * stride - lo
+    to_process = np.searchsorted(pids, pid) * stride - lo - device_shift  # device lane -> its process's lane
+    calls = _lane_calls(host, pids, lo, stride)
+    ends = syncs["end"].to_numpy(np.int64)
+    mine = np.isin(syncs["globalPid"].to_numpy(np.int64), pids)
+    ends = np.sort(ends[mine] + np.searchsorted(pids, syncs["globalPid"].to_numpy(np.int64)[mine]) * stride - lo)
+    win = _lane_steps(steps, [(d[1], d[2]) for d in devices], device_shift)
+    step_points = unique_sorted(np.concatenate([win["window_start"], win["first_launch"]]))
+    edges = np.sort(np.concatenate([win["cpu_start"], win["window_end"]]))  # where a step's tests on a time change
+    for d, s, e in _idle_chunks(devices, device_shift):
+        fs = np.full(s.size, NEVER)  # earliest sync return inside each idle interval
+        if ends.size:
+            j = np.searchsorted(ends, s + to_process[d], side="left")
+            inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < e + to_process[d])
+            fs[inside] = ends[j[inside]] - to_process[d][inside]
+        timeline = _cause_timeline(calls, s[0] + to_process[d[0]], e[-1] + to_process[d[-1]], len(_causes(host)))
+        inner = step_points[np.searchsorted(step_points, s[0]):np.searchsorted(step_points, e[-1], side="right")]
+        p = unique_sorted(np.concatenate([s, e, fs[fs != NEVER], inner]))
+        # a step's CPU start or window end inside an idle interval takes effect at the first point at or after
+        # it (a segment has the attributes of its start): no idle edge, host edge or step point lies between them
+        t = edges[np.searchsorted(edges, s[0]):np.searchsorted(edges, e[-1])]
+        k = np.searchsorted(s, t, side="right") - 1
+        inside = (k >= 0) & (t < e[np.maximum(k, 0)])
+        t, k = t[inside], k[inside]
+        if t.size:
+            bounds, to_proc = timeline["bounds"], to_process[d[k]]
+            host_at = bounds[np.minimum(np.searchsorted(bounds, t + to_proc, side="left"), bounds.size - 1)] - to_proc
+            at = np.minimum(p[np.searchsorted(p, t, side="left")], np.where(host_at >= t, host_at, NEVER))
+            p = unique_sorted(np.concatenate([p, at]))
+        start, end = p[:-1], p[1:]
+        k = np.searchsorted(s, start, side="right") - 1
+        in_idle = (k >= 0) & (start < e[np.maximum(k, 0)])
+        start, end, k = start[in_idle], end[in_idle], k[in_idle]
+        lane = d[k]
+        step, before = np.full(start.size, -1, dtype=np.int64), np.zeros(start.size, dtype=bool)
+        if win["step"].size:  # each piece's step window: the last starting at or before it, if it still holds it
+            w = np.searchsorted(win["window_start"], start, side="right") - 1
+            hit = np.flatnonzero((w >= 0) & (start < win["window_end"][np.maximum(w, 0)]))
+            step[hit] = win["step"][w[hit]]
+            before[hit] = (start[hit] >= win["cpu_start"][w[hit]]) & (start[hit] < win["first_launch"][w[hit]])
+        yield {"device": rows[lane], "start": start - device_shift[lane], "end": end - device_shift[lane],
+               "proc_start": start + to_process[lane], "proc_end": end + to_process[lane], "step": step,
+               "before_launch": before, "after_sync": start >= fs[k], "short_gap": (e - s)[k] < SHORT_GAP_NS}, timeline
+
+
+def _idle_chunks(devices: list[tuple], device_shift: np.ndarray):
+    """The devices' idle intervals on their lanes, IDLE_CHUNK at a time (bounded temporaries; a chunk may span
+    devices): (device lane of each, starts, ends)."""
+    sizes = np.array([d[3].size for d in devices], np.int64)
+    first = np.concatenate(([0], np.cumsum(sizes)))
+    for lo in range(0, int(first[-1]), IDLE_CHUNK):
+        hi = min(lo + IDLE_CHUNK, int(first[-1]))
+        lanes = range(int(np.searchsorted(first, lo, side="right")) - 1, int(np.searchsorted(first, hi, side="left")))
+        cut = [(max(lo - first[j], 0), min(hi - first[j], sizes[j])) for j in lanes]
+        yield (np.repeat(np.array(lanes, np.int64), [b - a for a, b in cut]),
+               np.concatenate([devices[j][3][a:b] + device_shift[j] for j, (a, b) in zip(lanes, cut)]),
+               np.concatenate([devices[j][4][a:b] + device_shift[j] for j, (a, b) in zip(lanes, cut)]))
+
+
+def _lane_steps(steps: pd.DataFrame, keys: list[tuple[int, int]], device_shift: np.ndarray) -> dict[str, np.ndarray]:
+    """The step windows of the devices ``keys`` on their lanes (device j's times + device_shift[j]), sorted by
+    window start: window_start, window_end, cpu_start, first_launch (ns), step, lane."""
+    cols = ["window_start", "window_end", "cpu_start", "first_launch"]
+    if not len(steps):
+        return {c: np.empty(0, np.int64) for c in [*cols, "step", "lane"]}
+    lane = pd.MultiIndex.from_tuples(keys).get_indexer(
+        pd.MultiIndex.from_arrays([steps["globalPid"].to_numpy(np.int64), steps["deviceId"].to_numpy(np.int64)]))
+    rows = np.flatnonzero(lane >= 0)
+    lane = lane[rows]
+    out = {c: steps[c].to_numpy(np.int64)[rows] + device_shift[lane] for c in cols}
+    out.update(step=steps["step"].to_numpy(np.int64)[rows], lane=lane)
+    order = np.argsort(out["window_start"], kind="stable")
+    return {c: v[order] for c, v in out.items()}
+
+
+def _lane_calls(host: pd.DataFrame, pids: np.ndarray, lo: int, stride: int) -> dict[str, np.ndarray]:
+    """The host intervals of the processes ``pids`` on their lanes (process j's times - lo + j x stride), sorted by
+    start: start, end, reach (the furthest end so far), level, cause (codes into the categories)."""
+    pid = host["globalPid"].to_numpy(np.int64) if len(host) else np.empty(0, np.int64)
+    start, end = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
+    level, cause = host["level"].to_numpy(), host["cause"].cat.codes.to_numpy() if len(host) else np.empty(0, np.int8)
+    if pids.size == 1 and pid.size and bool((pid == pids[0]).all()):  # one process: no row selection, one shift
+        start, end = start - lo, end - lo
+    else:
+        rows = np.flatnonzero(np.isin(pid, pids))
+        shift = np.searchsorted(pids, pid[rows]) * stride - lo
+        start, end, level, cause = start[rows] + shift, end[rows] + shift, level[rows], cause[rows]
+    if not is_sorted(start):  # a process's calls by start (its lane's order)
+        order = np.argsort(start, kind="stable")
+        start, end, level, cause = start[order], end[order], level[order], cause[order]
+    return {"start": start, "end": end, "reach": np.maximum.accumulate(end) if end.size else end,
+            "level": level, "cause": cause}
+
+
+def _cause_timeline(calls: dict[str, np.ndarray], a: int, b: int, n_causes: int) -> dict[str, np.ndarray]:
+    """The cause of every instant of [a, b) on the processes' lanes (``calls``: :func:`_lane_calls`), piecewise
+    constant between host-interval edges: ``bounds`` (sorted piece starts; bounds[0] = -inf), ``label`` per piece
+    (index into ``level`` and ``cause``: the LEVELS index and cause code, -1 untraced, of each distinct label).
+    An instant gets, per level (highest precedence last, overwriting), the host interval of that level
+    :func:`_active_label` picks there. Only the calls from the first reaching past a to the last starting
+    before b take part: the earlier ones end by a (never latest-starting while one after them has started),
+    the later ones start after b."""
+    first = int(np.searchsorted(calls["reach"], a, side="right"))
+    last = max(first, int(np.searchsorted(calls["start"], b, side="left")))
+    starts, ends = calls["start"][first:last], calls["end"][first:last]
+    bounds = np.concatenate(([np.iinfo(np.int64).min], unique_sorted(np.concatenate([starts, ends]))))
+    level = np.full(bounds.size, len(LEVELS) - 1, dtype=np.int64)
+    cause = np.full(bounds.size, -1, dtype=np.int64)
+    host_level, codes = calls["level"][first:last], calls["cause"][first:last]
+    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
+        m = host_level == lv
+        if m.any():
+            lab = _active_label(starts[m], ends[m], codes[m], bounds)
+            hit = lab >= 0
+            level[hit], cause[hit] = lv, lab[hit]
+    labels, label = np.unique(level * (n_causes + 2) + cause + 1, return_inverse=True)
+    level_of, cause_of = np.divmod(labels, n_causes + 2)
+    return {"bounds": bounds, "label": label.reshape(-1), "level": level_of, "cause": cause_of - 1}
+
+
+def _label_sums(x: np.ndarray, y: np.ndarray, bounds: np.ndarray, label: np.ndarray,
+                n_labels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per range [x, y) on the timeline (``bounds``, ``label``: :func:`_cause_timeline`): the ns of each label
+    it covers, as (range index, label, ns) rows with ns > 0. The two pieces at a range's ends are cut; the
+    whole pieces between are listed one by one when they are at most ``n_labels``, else summed per label
+    from per-label prefix sums (a range costs at most its pieces or the labels, whichever is fewer)."""
+    j1 = np.searchsorted(bounds, x, side="right") - 1  # the piece holding x
+    j2 = np.searchsorted(bounds, y, side="left") - 1   # the piece holding y - 1
+    two = j2 > j1
+    which, labels, ns = [np.arange(x.size), np.flatnonzero(two)], [label[j1], label[j2[two]]], []
+    ns += [np.where(two, bounds[np.minimum(j1 + 1, bounds.size - 1)], y) - x, (y - bounds[j2])[two]]
+    inner = np.where(two, j2 - j1 - 1, 0)  # whole pieces j1 + 1 .. j2 - 1
+    few = np.flatnonzero((inner > 0) & (inner <= n_labels))
+    if few.size:
+        r, j = _expand(few, j1[few] + 1, inner[few])
+        which.append(r), labels.append(label[j]), ns.append(bounds[j + 1] - bounds[j])
+    many = np.flatnonzero(inner > n_labels)
+    if many.size:
+        length = np.zeros(bounds.size, dtype=np.int64)
+        length[1:-1] = np.diff(bounds[1:])  # the first (from -inf) and last (to +inf) pieces are never whole
+        key = label.astype(np.int64) * bounds.size + np.arange(bounds.size)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        cum = np.concatenate(([0], np.cumsum(length[order])))
+        per_block = max(1, BLOCK // n_labels)
+        for lo_r in range(0, many.size, per_block):  # (range, label) pairs a block at a time
+            r = np.repeat(many[lo_r:lo_r + per_block], n_labels)
+            c = np.tile(np.arange(n_labels, dtype=np.int64), r.size // n_labels)
+            total = (cum[np.searchsorted(key, c * bounds.size + j2[r])]
+                     - cum[np.searchsorted(key, c * bounds.size + j1[r] + 1)])
+            hit = total > 0
+            which.append(r[hit]), labels.append(c[hit]), ns.append(total[hit])
+    which, labels, ns = (np.concatenate(v) for v in (which, labels, ns))
+    keep = ns > 0
+    return which[keep], labels[keep], ns[keep]
+
+
+def _expand(rows: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row repeated count times with the consecutive indices first, first + 1, ...: (rows, indices)."""
+    r = np.repeat(np.arange(rows.size), count)
+    j = np.arange(r.size) - np.repeat(np.cumsum(count) - count, count) + first[r]
+    return rows[r], j
+
+
+def _timeline_pieces(x: np.ndarray, y: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every timeline piece (``bounds``: :func:`_cause_timeline`) each range [x, y) overlaps, cut to the range:
+    (range index, piece, start, end), by range then start."""
+    j1 = np.searchsorted(bounds, x, side="right") - 1
+    j2 = np.searchsorted(bounds, y, side="left") - 1
+    which, j = _expand(np.arange(x.size), j1, j2 - j1 + 1)
+    after = np.where(j + 1 < bounds.size, bounds[np.minimum(j + 1, bounds.size - 1)], y[which])
+    return which, j, np.maximum(x[which], bounds[j]), np.minimum(y[which], after)
 
 
 def interval_causes(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, host: pd.DataFrame,
@@ -507,13 +731,11 @@ def interval_causes(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray
     out = np.full(idle_s.size, LEVELS[-1], dtype=object)
     if idle_s.size == 0:
         return out
-    mine = host[host["globalPid"].to_numpy() == key[0]] if len(host) else host
-    mine = mine.iloc[np.argsort(mine["start"].to_numpy(), kind="stable")] if len(mine) else mine
-    ends = np.sort(syncs["end"].to_numpy(np.int64)[syncs["globalPid"].to_numpy() == key[0]]) if len(syncs) else \
-        np.empty(0, np.int64)
-    windows = pd.DataFrame({"step": np.arange(idle_s.size), "window_start": idle_s, "window_end": idle_e,
-                            "cpu_start": idle_s, "first_launch": idle_s})
-    rows = _device_gaps(key, idle_s, idle_e, windows, mine, ends)
+    capture = pd.DataFrame({"globalPid": [key[0]], "deviceId": [key[1]], "window_start": [idle_s[0]],
+                            "window_end": [idle_e[-1]]})
+    windows = pd.DataFrame({"globalPid": key[0], "deviceId": key[1], "step": np.arange(idle_s.size),
+                            "window_start": idle_s, "window_end": idle_e, "cpu_start": idle_s, "first_launch": idle_s})
+    rows = attribute(capture, windows, {key: (idle_s, idle_e)}, host, syncs)
     rows = rows[rows["step"] >= 0].groupby(["step", "cause_kind"], as_index=False)["ns"].sum()
     top = rows.sort_values(["step", "ns"], kind="stable").drop_duplicates("step", keep="last")
     out[top["step"].to_numpy()] = top["cause_kind"].to_numpy()
@@ -560,14 +782,6 @@ def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray
     return starts, ends
 
 
-def _window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
-    """Row position in ``windows`` (sorted, disjoint [window_start, window_end)) holding each time, or -1."""
-    ws, we = windows["window_start"].to_numpy(np.int64), windows["window_end"].to_numpy(np.int64)
-    k = np.searchsorted(ws, t, side="right") - 1
-    inside = (k >= 0) & (t < we[np.maximum(k, 0)])
-    return np.where(inside, k, -1)
-
-
 def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
     else the one reaching furthest among those started before — or -1."""
@@ -594,88 +808,10 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(is_new, idx, 0))
 
 
-def _segments(idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame, host: pd.DataFrame,
-              sync_end: np.ndarray) -> dict:
-    """The elementary segments (ns) between all boundaries of one device's idle intervals, each given its
-    cause: arrays start, end, level (index in LEVELS), cause (code into ``causes``, -1: untraced), step (-1:
-    outside every step window), before_launch, after_sync, short_gap; and ``causes``. Only host intervals
-    that overlap this device's idle take part."""
-    hs, he = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
-    overlaps_idle = Coverage(idle_s, idle_e, disjoint=True).within(hs, he) > 0
-    if not overlaps_idle.all():  # the process's other devices' idle
-        host, hs, he = host[overlaps_idle], hs[overlaps_idle], he[overlaps_idle]
-    lo, hi = idle_s[0], idle_e[-1]
-    first_sync = np.full(idle_s.shape, np.iinfo(np.int64).max)  # earliest sync return inside each idle interval
-    if sync_end.size:
-        j = np.searchsorted(sync_end, idle_s, side="left")
-        inside = (j < sync_end.size) & (sync_end[np.minimum(j, sync_end.size - 1)] < idle_e)
-        first_sync[inside] = sync_end[j[inside]]
-    points = [idle_s, idle_e, np.clip(hs, lo, hi), np.clip(he, lo, hi), np.clip(first_sync, lo, hi)]
-    if len(steps):
-        points += [steps["window_start"].to_numpy(np.int64), steps["first_launch"].to_numpy(np.int64)]
-    p = unique_sorted(np.concatenate(points))
-    seg_s, seg_e = p[:-1], p[1:]
-    starts_here = np.zeros(seg_s.size, dtype=np.int64)  # idle starts are among the points: mark them,
-    starts_here[np.searchsorted(p, idle_s)] = 1          # and each segment's idle interval is a running count
-    k = np.cumsum(starts_here) - 1
-    del starts_here
-    idle = (k >= 0) & (seg_s < idle_e[np.maximum(k, 0)])
-    seg_s, seg_e, after = seg_s[idle], seg_e[idle], seg_s[idle] >= first_sync[k[idle]]
-    short = (idle_e - idle_s)[k[idle]] < SHORT_GAP_NS
-    if len(host):
-        cause_codes, causes = host["cause"].cat.codes.to_numpy(np.int64), host["cause"].cat.categories
-    else:
-        cause_codes, causes = np.empty(0, np.int64), pd.Index([])
-    level = np.full(seg_s.shape, len(LEVELS) - 1, dtype=np.int8)
-    cause = np.full(seg_s.shape, -1, dtype=np.int64)
-    host_level = host["level"].to_numpy()
-    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
-        m = host_level == lv
-        if not m.any():
-            continue
-        lab = _active_label(hs[m], he[m], np.asarray(cause_codes)[m], seg_s)
-        hit = lab >= 0
-        level[hit], cause[hit] = lv, lab[hit]
-    step = np.full(seg_s.shape, -1, dtype=np.int64)
-    before = np.zeros(seg_s.shape, dtype=bool)
-    if len(steps):
-        w = _window_of(seg_s, steps)
-        hit = w >= 0
-        step[hit] = steps["step"].to_numpy()[w[hit]]
-        cpu_s, first = steps["cpu_start"].to_numpy()[w[hit]], steps["first_launch"].to_numpy()[w[hit]]
-        before[hit] = (seg_s[hit] >= cpu_s) & (seg_s[hit] < first)
-    return {"start": seg_s, "end": seg_e, "level": level, "cause": cause, "step": step, "before_launch": before,
-            "after_sync": after, "short_gap": short, "causes": causes}
-
-
 def _cause_names(codes: np.ndarray, causes: pd.Index) -> np.ndarray:
     """Cause label per code into ``causes`` (-1: UNTRACED)."""
     names = np.asarray(causes, dtype=object)
     return np.where(codes >= 0, names[np.maximum(codes, 0)] if names.size else "", UNTRACED)
-
-
-def _device_gaps(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray, steps: pd.DataFrame,
-                 host: pd.DataFrame, sync_end: np.ndarray) -> pd.DataFrame:
-    """Attributed idle of one device: its :func:`_segments` summed per (step, cause_kind, cause, before_launch,
-    after_sync, short_gap)."""
-    seg = _segments(idle_s, idle_e, steps, host, sync_end)
-    causes = seg["causes"]
-    # one integer per (step, level, cause, before_launch, after_sync, short_gap), in that sort order
-    n_causes = len(causes) + 1
-    group = ((((seg["step"] + 1) * len(LEVELS) + seg["level"]) * n_causes + (seg["cause"] + 1)) * 8
-             + seg["before_launch"].astype(np.int64) * 4 + seg["after_sync"].astype(np.int64) * 2
-             + seg["short_gap"].astype(np.int64))
-    which, groups = pd.factorize(group, sort=True)
-    # float sums of integer ns are exact: every partial sum is at most the slice's idle time (< 2^53 ns)
-    ns = np.bincount(which, weights=seg["end"] - seg["start"], minlength=len(groups)).astype(np.int64)
-    rest, flags = np.divmod(np.asarray(groups, dtype=np.int64), 8)
-    rest, cause_code = np.divmod(rest, n_causes)
-    step_of, level_of = np.divmod(rest, len(LEVELS))
-    return pd.DataFrame({"globalPid": key[0], "deviceId": key[1], "step": step_of - 1,
-                         "cause_kind": np.array(LEVELS, dtype=object)[level_of],
-                         "cause": _cause_names(cause_code - 1, causes),
-                         "before_launch": flags >= 4, "after_sync": (flags & 2) > 0, "short_gap": (flags & 1) > 0,
-                         "ns": ns})[GAP_COLUMNS]
 
 
 def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
@@ -706,7 +842,6 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
 SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns", "short_gap_ns", "short_after_sync_ns"]
 
 
-DEVICE = ["globalPid", "deviceId"]
 CAUSE = [*DEVICE, "cause_kind", "cause"]
 
 
@@ -714,7 +849,25 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
     """Per device: idle ns per (cause_kind, cause) — the median per steady step when the device has
     steps (``steady_steps`` lists them), else the whole capture's — sorted by ns, largest first; plus
     ``before_launch_ns``, ``after_sync_ns``, ``short_gap_ns`` and ``short_after_sync_ns`` (short gaps after a
-    sync), the same statistic restricted to those tags. Every device is grouped in one pass, then split."""
+    sync), the same statistic restricted to those tags: its rows of :func:`summary_parts` (SUMMARY_COLUMNS)."""
+    return by_device(summary_parts(gaps, steady_steps))
+
+
+def by_device(parts: dict[bool, tuple]) -> dict[tuple[int, int], pd.DataFrame]:
+    """:func:`summary_parts` split per device (its rows, SUMMARY_COLUMNS), devices in sorted order."""
+    out = {}
+    for part, runs in parts.values():
+        rows = part[SUMMARY_COLUMNS]
+        for key, (lo, hi) in runs.items():
+            out[key] = rows.iloc[lo:hi].reset_index(drop=True)
+    return dict(sorted(out.items()))
+
+
+def summary_parts(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[bool, tuple]:
+    """Every device's summary rows (see :func:`summarize`) grouped in one pass: {True: the devices with steady
+    steps (medians, float64), False: the others (capture sums, int64)} -> (rows: globalPid, deviceId and
+    SUMMARY_COLUMNS, by device then ns, largest first; {(globalPid, deviceId): (first row, end row)} of every
+    device of ``gaps`` in that part, (0, 0) when none of its rows is left)."""
     if gaps.empty:
         return {}
     ns = gaps["ns"].to_numpy()
@@ -723,21 +876,21 @@ def summarize(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]
                          short_after_sync_ns=np.where(gaps["short_gap"] & gaps["after_sync"], ns, 0))
     chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
                           columns=[*DEVICE, "step"], dtype=np.int64)
-    has_steps = set(zip(chosen["globalPid"].tolist(), chosen["deviceId"].tolist()))  # devices with chosen steps
     device = pd.MultiIndex.from_frame(gaps[DEVICE])
     stepped = device.isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
     in_steps = pd.MultiIndex.from_frame(gaps[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))
     parts = {True: _step_medians(tagged[in_steps], chosen), False: _capture_sums(tagged[~stepped])}
-    rows_of = {}
+    devices = {True: set(device[stepped].unique().tolist()), False: set(device[~stepped].unique().tolist())}
+    out = {}
     for key, part in parts.items():
         part = part[part["ns"] > 0].sort_values([*DEVICE, "ns"], ascending=[True, True, False], kind="stable")
-        parts[key] = part.reset_index(drop=True)[SUMMARY_COLUMNS]
-        rows_of[key] = part.groupby(DEVICE, sort=False).indices if len(part) else {}
-    out = {}
-    for pid, dev in sorted(set(device.tolist())):
-        key = (int(pid), int(dev))
-        part, rows = parts[key in has_steps], rows_of[key in has_steps]
-        out[key] = part.iloc[rows[(pid, dev)]].reset_index(drop=True) if (pid, dev) in rows else part.iloc[:0]
+        part = part.reset_index(drop=True)[[*DEVICE, *SUMMARY_COLUMNS]]
+        runs = dict.fromkeys(((int(p), int(d)) for p, d in devices[key]), (0, 0))
+        pid, dev = part["globalPid"].to_numpy(), part["deviceId"].to_numpy()
+        first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])))) if len(part) else []
+        bounds = np.append(first, len(part)).tolist()
+        runs.update({(int(pid[a]), int(dev[a])): (a, b) for a, b in zip(bounds[:-1], bounds[1:])})
+        out[key] = (part, runs)
     return out
 
 

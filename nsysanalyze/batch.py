@@ -5,6 +5,7 @@ Each worker runs the whole pipeline on one file and returns its report dict
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -17,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .errors import InputError
-from .outputs import exit_on_sigterm
+from .outputs import Terminated, exit_on_sigterm, raise_terminated
 
 
 def analyze_job(path: str, step_range: str | None, reader_threads: int | None = None) -> dict:
@@ -54,8 +55,9 @@ def analyze_many(paths: Sequence[str | os.PathLike], step_range: str | None, job
 def _in_pool(paths: list[str], step_range: str | None, jobs: int, threads: int,
              done: Callable[[str], None]) -> list[dict]:
     """analyze_job over ``paths`` in ``jobs`` worker processes that never outlive this one: each watches
-    its parent (``_watch_parent``); SIGTERM here kills them and exits 143; any other exit (error,
-    Ctrl-C) kills them too. A worker that dies (OOM killer) is one InputError naming its file."""
+    its parent (``_watch_parent``); SIGTERM here stops them (``_stop_workers``: each unwinds, so the nsys
+    export it runs is stopped and its partial cache file removed) and exits 143; any other exit (error,
+    Ctrl-C) stops them too. A worker that dies (OOM killer) is one InputError naming its file."""
     ctx = multiprocessing.get_context()
     started = ctx.SimpleQueue()  # (worker pid, path) as each job starts
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(started,))
@@ -71,15 +73,26 @@ def _in_pool(paths: list[str], step_range: str | None, jobs: int, threads: int,
             except BrokenProcessPool:
                 raise InputError(_dead_worker(workers, started, paths)) from None
         except BaseException:
-            _kill_workers(pool)
+            _stop_workers(pool)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     return reports  # type: ignore[return-value]
 
 
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+WORKER_GRACE_S = 5.0  # how long a stopped worker may take to unwind before it is killed
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGTERM every live worker — it unwinds (Terminated): the process group of the nsys export it runs is
+    killed and the partial export removed (trace.open) — then SIGKILL those still alive after WORKER_GRACE_S."""
+    procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            proc.terminate()
+    deadline = time.monotonic() + WORKER_GRACE_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
         if proc.is_alive():
             proc.kill()
 
@@ -88,9 +101,11 @@ _STARTED = None  # in a pool worker: where it announces each job
 
 
 def _worker_init(started) -> None:
-    """Pool worker setup: remember the announcement queue, and exit when the parent is gone."""
+    """Pool worker setup: remember the announcement queue, unwind on SIGTERM (the parent's _stop_workers), and
+    exit when the parent is gone."""
     global _STARTED
     _STARTED = started
+    signal.signal(signal.SIGTERM, raise_terminated)
     parent = os.getppid()
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
@@ -104,7 +119,10 @@ def _watch_parent(parent: int, every_s: float = 0.2) -> None:
 
 def _pool_job(path: str, step_range: str | None, reader_threads: int) -> dict:
     _STARTED.put((os.getpid(), path))
-    return analyze_job(path, step_range, reader_threads)
+    try:
+        return analyze_job(path, step_range, reader_threads)
+    except Terminated:  # stopped: the job's cleanups have run; leave now, not wait for another job
+        os._exit(128 + signal.SIGTERM)
 
 
 def _dead_worker(workers: dict, started, paths: list[str]) -> str:
@@ -115,7 +133,8 @@ def _dead_worker(workers: dict, started, paths: list[str]) -> str:
         running[pid] = path  # the last job each worker started
     for proc in workers.values():
         proc.join(timeout=1)
-    dead = [p for p in workers.values() if p.exitcode not in (None, 0, -signal.SIGTERM) and p.pid in running]
+    stopped = (None, 0, -signal.SIGTERM, 128 + signal.SIGTERM)  # alive, done, or stopped by a SIGTERM
+    dead = [p for p in workers.values() if p.exitcode not in stopped and p.pid in running]
     how = (f"was killed by signal {-dead[0].exitcode}" if dead and dead[0].exitcode < 0 else
            f"exited with status {dead[0].exitcode}" if dead else "died")
     path = running[dead[0].pid] if dead else next(iter(running.values()), paths[0])

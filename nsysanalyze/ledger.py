@@ -18,7 +18,9 @@ median window exactly; every window's own rows do (:func:`window_rows`).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -66,9 +68,10 @@ def window_rows(steps: pd.DataFrame, capture: pd.DataFrame, gaps: pd.DataFrame) 
     return rows[rows["ns"] > 0].reset_index(drop=True).astype({"ns": np.int64, "step": np.int64})
 
 
-def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], pd.DataFrame]:
+def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], "RowArrays"]:
     """Per device: its ledger at the evidence's scope (ROW_KEYS + ns, float64, largest first): the median
-    per steady step of each row (``steady_steps`` lists them), else the capture window's rows."""
+    per steady step of each row (``steady_steps`` lists them), else the capture window's rows. Every device's
+    rows are one :class:`RowTable`, each device's a slice of it."""
     out: dict[tuple[int, int], pd.DataFrame] = {}
     if rows.empty:
         return out
@@ -89,14 +92,23 @@ def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]
         parts.append(firsts.assign(ns=_median_padded_with_zeros(group, mine["ns"].to_numpy(np.float64), n)))
     every = pd.concat(parts, ignore_index=True)
     every = every[every["ns"] > 0].sort_values([*DEVICE, "ns"], ascending=[True, True, False], kind="stable")
-    for (pid, dev), idx in every.groupby(DEVICE, sort=False).indices.items():
-        out[(int(pid), int(dev))] = every.iloc[idx][[*ROW_KEYS, "ns"]].reset_index(drop=True)
+    every = every.reset_index(drop=True)
+    table = RowTable(every)
+    pid, dev = every["globalPid"].to_numpy(), every["deviceId"].to_numpy()
+    first = np.flatnonzero(np.concatenate(([True], (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])))) if len(every) else []
+    bounds = np.append(first, len(every)).tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        out[(int(pid[a]), int(dev[a]))] = RowArrays(table, a, b)
     return out
 
 
-def cause_totals(rows: pd.DataFrame) -> pd.Series:
-    """ns per (what, cause) of ledger rows, largest first (ties in their order of appearance)."""
-    return rows.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+def largest_first(keys: list, ns: np.ndarray) -> list[tuple[object, float]]:
+    """(key, ns summed per key) of ``keys`` (one per row; hashable) with their ``ns``, largest first, ties in
+    their order of first appearance (a device's rows: tens, a dict is quicker than a groupby)."""
+    total: dict = {}
+    for key, v in zip(keys, ns.tolist()):
+        total[key] = total.get(key, 0.0) + v
+    return sorted(total.items(), key=lambda kv: -kv[1])
 
 
 def host_work_ns(m: dict[str, float]) -> float:
@@ -150,27 +162,102 @@ class WhatIf:
                 "bound": f"min({text}) = {self.gain_ns / 1e6:,.2f} ms"}
 
 
+class RowTable:
+    """Ledger rows (ROW_KEYS + ns; of one device or of many, each device's together) as arrays, made once:
+    idle/busy masks, the ``what`` and ``cause`` columns as codes into their distinct values (a regex is
+    matched once per distinct cause), the tags and ns (float64)."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+        kind = frame["kind"].to_numpy(dtype=object)
+        self.is_idle, self.is_busy = kind == "idle", kind == "busy"
+        self.what_code, self.what = pd.factorize(frame["what"].to_numpy(dtype=object))
+        self.cause_code, self.cause = pd.factorize(frame["cause"].astype(str).to_numpy(dtype=object))
+        self.tags = {t: frame[t].to_numpy(bool) for t in ("before_launch", "after_sync", "short_gap")}
+        self.ns = frame["ns"].to_numpy(np.float64)
+        self._matches: dict = {}  # regex or tuple of names -> per distinct cause / what
+
+    def what_in(self, names: tuple[str, ...]) -> np.ndarray:
+        """Per distinct ``what``: whether it is one of ``names``."""
+        key = tuple(names)
+        if key not in self._matches:
+            self._matches[key] = np.array([w in key for w in self.what], dtype=bool)
+        return self._matches[key]
+
+    def cause_matches(self, regex: str) -> np.ndarray:
+        """Per distinct cause: whether it fully matches ``regex``."""
+        if regex not in self._matches:
+            pattern = re.compile(regex)
+            self._matches[regex] = np.array([pattern.fullmatch(c) is not None for c in self.cause], dtype=bool)
+        return self._matches[regex]
+
+
+class RowArrays:
+    """One device's ledger rows: rows lo..hi-1 of a :class:`RowTable` (views of its arrays)."""
+
+    def __init__(self, table: RowTable, lo: int = 0, hi: int | None = None):
+        hi = table.ns.size if hi is None else hi
+        self.table, self.lo, self.hi = table, lo, hi
+        self.is_idle, self.is_busy, self.ns = table.is_idle[lo:hi], table.is_busy[lo:hi], table.ns[lo:hi]
+        self.what_code, self.cause_code = table.what_code[lo:hi], table.cause_code[lo:hi]
+        self.tags = {t: v[lo:hi] for t, v in table.tags.items()}
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame) -> "RowArrays":
+        return cls(RowTable(rows))
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        """The rows as a frame (ROW_KEYS + ns), made when asked."""
+        return self.table.frame.iloc[self.lo:self.hi][[*ROW_KEYS, "ns"]].reset_index(drop=True)
+
+    def what_in(self, names: tuple[str, ...]) -> np.ndarray:
+        """Mask of the rows whose ``what`` is one of ``names``."""
+        return self.table.what_in(names)[self.what_code]
+
+    def cause_matches(self, regex: str) -> np.ndarray:
+        """Mask of the rows whose cause fully matches ``regex``."""
+        return self.table.cause_matches(regex)[self.cause_code] if len(self) else np.zeros(0, dtype=bool)
+
+    def what_and_cause(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``what`` and cause of the rows at positions ``rows`` (object arrays)."""
+        t = self.table
+        return np.asarray(t.what, dtype=object)[self.what_code[rows]], np.asarray(t.cause, dtype=object)[self.cause_code[rows]]
+
+
 @dataclass(frozen=True)
 class Ledger:
     """One device's ledger at the evidence's scope, with the rows claimed so far (by rule id).
 
-    ``rows``: ROW_KEYS + ns (see :func:`scope_rows`); ``claimed``: rule id per row, '' while unclaimed;
-    ``window_ns``, ``busy_ns``, ``host_work_ns``: the scope's window, GPU busy time and host work."""
+    ``arrays``: its rows (ROW_KEYS + ns, see :func:`scope_rows`; ``rows`` as a frame); ``claimed``: rule id per
+    row, '' while unclaimed; ``window_ns``, ``busy_ns``, ``host_work_ns``: the scope's window, GPU busy time and
+    host work."""
 
-    rows: pd.DataFrame
+    arrays: RowArrays
     window_ns: float
     busy_ns: float
     host_work_ns: float
     claimed: tuple[str, ...] = ()
 
-    @classmethod
-    def of(cls, rows: pd.DataFrame, m: dict[str, float]) -> "Ledger":
-        """The unclaimed ledger of ``rows`` (:func:`scope_rows`) with the window, busy and host work of ``m``
-        (the evidence's metrics: window_ns, busy_ns, and host_work_ns's inputs)."""
-        return cls(rows=rows, window_ns=float(m.get("window_ns") or 0.0), busy_ns=float(m.get("busy_ns") or 0.0),
-                   host_work_ns=host_work_ns(m), claimed=("",) * len(rows))
-
     @property
+    def rows(self) -> pd.DataFrame:
+        return self.arrays.frame
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame | RowArrays, m: dict[str, float]) -> "Ledger":
+        """The unclaimed ledger of ``rows`` (a frame, or :func:`scope_rows`' arrays of one device) with the window,
+        busy and host work of ``m`` (the evidence's metrics: window_ns, busy_ns, and host_work_ns's inputs)."""
+        arrays = rows if isinstance(rows, RowArrays) else RowArrays.of(rows)
+        return cls(arrays=arrays, window_ns=float(m.get("window_ns") or 0.0), busy_ns=float(m.get("busy_ns") or 0.0),
+                   host_work_ns=host_work_ns(m), claimed=("",) * len(arrays))
+
+    @cached_property
     def free(self) -> np.ndarray:
         """Mask of the rows no finding has claimed."""
         return np.array([c == "" for c in self.claimed], dtype=bool)
@@ -180,33 +267,40 @@ class Ledger:
         """Mask of idle rows whose ``what`` (cause kind) is in ``kinds`` (any when empty) or whose cause
         fully matches the regex ``causes``, with each given tag as asked (None: either); only unclaimed
         rows unless ``free`` is False."""
-        r = self.rows
-        if r.empty:
-            return np.zeros(0, dtype=bool)
-        mask = (r["kind"] == "idle").to_numpy()
+        r = self.arrays
+        mask = r.is_idle
         if kinds or causes:
-            which = r["what"].isin(kinds).to_numpy() if kinds else np.zeros(len(r), dtype=bool)
+            which = r.what_in(kinds) if kinds else np.zeros(mask.size, dtype=bool)
             if causes:
-                which = which | r["cause"].astype(str).str.fullmatch(causes).to_numpy()
+                which = which | r.cause_matches(causes)
             mask = mask & which
         for tag, want in (("before_launch", before_launch), ("after_sync", after_sync), ("short_gap", short_gap)):
             if want is not None:
-                mask = mask & (r[tag].to_numpy(bool) == want)
-        return mask & self.free if free else mask
+                mask = mask & (r.tags[tag] == want)
+        return mask & self.free if free else mask.copy()
 
     def busy(self, *classes: str, free: bool = True) -> np.ndarray:
         """Mask of the busy rows of ``classes`` (metrics.BUSY_CLASSES), unclaimed ones unless ``free`` is False."""
-        r = self.rows
-        mask = (r["kind"] == "busy").to_numpy() & r["what"].isin(classes).to_numpy() if len(r) else np.zeros(0, bool)
+        mask = self.arrays.is_busy & self.arrays.what_in(classes)
         return mask & self.free if free else mask
 
     def ns(self, mask: np.ndarray) -> float:
         """Sum of the rows' ns under ``mask``."""
-        return float(self.rows["ns"].to_numpy()[mask].sum()) if mask.size else 0.0
+        return float(self.arrays.ns[mask].sum()) if mask.size else 0.0
 
-    def causes(self, mask: np.ndarray) -> pd.Series:
-        """ns per (what, cause) of the rows under ``mask``, largest first (:func:`cause_totals`)."""
-        return cause_totals(self.rows[mask])
+    def causes(self, mask: np.ndarray) -> list[tuple[tuple[str, str], float]]:
+        """((what, cause), ns) of the rows under ``mask`` per (what, cause), largest first (ties in their order
+        of appearance)."""
+        rows = np.flatnonzero(mask)
+        what, cause = self.arrays.what_and_cause(rows)
+        return largest_first(list(zip(what.tolist(), cause.tolist())), self.arrays.ns[rows])
+
+    def names(self, mask: np.ndarray) -> list[tuple[str, float]]:
+        """(name, ns) of the rows under ``mask`` per name — an idle row's cause, a busy row's class — largest
+        first (ties in their order of appearance)."""
+        rows = np.flatnonzero(mask)
+        what, cause = self.arrays.what_and_cause(rows)
+        return largest_first(np.where(self.arrays.is_idle[rows], cause, what).tolist(), self.arrays.ns[rows])
 
     def busy_ns_of(self, *classes: str) -> float:
         """GPU time of ``classes`` in the scope, claimed or not."""
@@ -224,11 +318,12 @@ class Ledger:
         """This ledger with the unclaimed rows under ``mask`` claimed by ``rule``."""
         mask = mask & self.free
         claimed = tuple(rule if m else c for c, m in zip(self.claimed, mask))
-        return Ledger(self.rows, self.window_ns, self.busy_ns, self.host_work_ns, claimed)
+        return Ledger(self.arrays, self.window_ns, self.busy_ns, self.host_work_ns, claimed)
 
 
 EMPTY_ROWS = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "what", "cause") else bool) for c in ROW_KEYS}
                           ).assign(ns=pd.Series(dtype=np.float64))
+EMPTY_LEDGER_ROWS = RowArrays.of(EMPTY_ROWS)
 
 
 def combined(ledger: Ledger, fixes: list[WhatIf]) -> dict[str, float]:

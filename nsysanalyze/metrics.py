@@ -380,14 +380,17 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
     starts, ends = munmap["start"].to_numpy(), munmap["end"].to_numpy()
     by_thread, by_process = dict(group_indices(mm_tid)), dict(group_indices(pid_of(mm_tid)))  # grouped once
     w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
+    unions: dict[tuple, Coverage] = {}  # a process's (or thread's) munmap union, made once for all its devices
     for (pid, dev, tid), idx in windows.groupby(["globalPid", "deviceId", "globalTid"]).indices.items():
         key = (pid,) if tid < 0 else (tid,)
         groups = by_process if tid < 0 else by_thread
         busy = busy_by_device.get((pid, dev))
         if busy is None or key not in groups:
             continue
-        rows = groups[key]
-        mm = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
+        if (tid < 0, key) not in unions:
+            rows = groups[key]
+            unions[(tid < 0, key)] = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
+        mm = unions[(tid < 0, key)]
         a, b = w_start[idx], w_end[idx]
         out[idx] = mm.within(a, b) - intersection_within(mm, busy, a, b)  # |munmap - busy|
     return out

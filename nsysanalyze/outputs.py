@@ -127,6 +127,11 @@ class Terminated(SystemExit):
     """SIGTERM under ``exit_on_sigterm``: unwinds like an exception (cleanups run), then exits 143."""
 
 
+def raise_terminated(signum, frame) -> None:
+    """A SIGTERM handler: raise Terminated (exit status 143), so the code running unwinds and its cleanups run."""
+    raise Terminated(128 + signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def exit_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM raises Terminated (exit status 143 = 128 + 15) instead of killing the
@@ -134,10 +139,7 @@ def exit_on_sigterm() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def terminate(signum, frame):
-        raise Terminated(128 + signal.SIGTERM)
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
     finally:

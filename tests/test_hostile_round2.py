@@ -126,6 +126,27 @@ def test_10_sigterm_during_an_nsys_export_stops_its_group(tmp_path):
     assert cached(tmp_path) == []  # the partial export is gone
 
 
+def test_10_sigterm_of_diagnose_jobs_stops_every_workers_nsys_export(tmp_path):
+    """diagnose --jobs 2 on two .nsys-rep files: each worker runs an nsys export that hangs (its child sleeps);
+    a SIGTERM of the parent stops the workers gracefully, so each kills its nsys process group and removes
+    its partial cache file: no nsys child and no cache entry is left."""
+    env = fake_nsys(tmp_path, f'cp "$(tr -d " " < "$9")" "$7"; sleep 300 & echo $! > "{tmp_path}/child.$$"; wait')
+    reps = [rep_naming(tmp_path, example_path(), name) for name in ("a.nsys-rep", "b.nsys-rep")]
+    proc = subprocess.Popen([sys.executable, "-m", "nsysanalyze", "diagnose", "--jobs", "2", *map(str, reps)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+    deadline = time.monotonic() + TIMEOUT
+    while len(list(tmp_path.glob("child.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = [int(p.read_text()) for p in tmp_path.glob("child.*")]
+    assert len(children) == 2 and len(cached(tmp_path)) == 2  # both exports running, each with its partial file
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=TIMEOUT) == 143
+    assert b"Traceback" not in proc.stderr.read()
+    assert _gone(children, within_s=5)
+    assert cached(tmp_path) == []
+
+
 # --- 11: the .nsys-rep cache uses only the entry this user's run wrote for this report ---
 
 def _summary(rep, env) -> bytes:

@@ -187,12 +187,15 @@ def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path
 
 
 @pytest.mark.parametrize("rel", ["public/pipit__perlmutter-cloverleaf-cuda.sqlite", "public/kamalchowdhury326__report1.sqlite",
-                                 "public/bwyogatama__report1.sqlite"])
-def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
-    """metrics._munmap_gpu_idle groups the munmap calls once; the reference masks them per window."""
+                                 "public/bwyogatama__report1.sqlite", "workers_nonpersistent over 3 devices"])
+def test_munmap_gpu_idle_equals_one_mask_per_window(rel, tmp_path):
+    """metrics._munmap_gpu_idle groups the munmap calls once (one union per process for all of its devices);
+    the reference masks them per window."""
     from nsysanalyze import metrics as M
     from nsysanalyze.intervals import Coverage, intersection_within
-    with nsysanalyze.open(shared_trace(rel)) as a:
+    path = (spread_devices(fixture_trace("workers_nonpersistent.sqlite"), tmp_path, 3) if "over" in rel
+            else shared_trace(rel))
+    with nsysanalyze.open(path) as a:
         summary, munmap = a.summary(), a.trace.osrt(("munmap",))
         busy = M.busy_coverage(a.trace.kernels, a.trace.memcpys, a.trace.memsets)
     windows = summary.assign(globalTid=-1)[["globalPid", "deviceId", "globalTid", "window_start", "window_end"]]
@@ -208,6 +211,8 @@ def test_munmap_gpu_idle_equals_one_mask_per_window(rel):
         expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
     assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
     assert summary["munmap_gpu_idle_ns"].tolist() == expected
+    if "over" in rel:  # one process, three devices: each device's idle under the process's munmaps
+        assert len(windows) == 3 and sum(v > 0 for v in expected) >= 2
 
 
 def test_idle_intervals_are_the_complement_of_busy_per_ns():
@@ -291,3 +296,205 @@ def test_gap_summary_equals_one_device_at_a_time(variant, tmp_path):
             assert got[key].empty and list(got[key].columns) == list(want[key].columns)
         else:
             pd.testing.assert_frame_equal(got[key], want[key])
+
+
+def gaps_one_device_at_a_time(capture, steps, idle, host, syncs) -> pd.DataFrame:
+    """Reference for attribution.attribute: per device on its own, every elementary segment between all of its
+    points (its idle edges, its process's host-interval edges and sync returns inside its idle intervals,
+    its steps' window starts and first launches), each given the attributes of its start — per level, lowest
+    first, the process's host interval _active_label picks; the step window holding it; the tags — and summed
+    per group by pandas."""
+    rows = []
+    if steps.empty:
+        steps = pd.DataFrame({c: np.empty(0, np.int64) for c in
+                              ["globalPid", "deviceId", "step", "window_start", "window_end", "cpu_start", "first_launch"]})
+    for w in capture.itertuples(index=False):
+        key = (int(w.globalPid), int(w.deviceId))
+        s, e = A._idle_within(idle[key], int(w.window_start), int(w.window_end))
+        if not s.size:
+            continue
+        h = host[host["globalPid"] == key[0]].sort_values("start", kind="stable")
+        ends = np.sort(syncs.loc[syncs["globalPid"] == key[0], "end"].to_numpy())
+        mine = steps[(steps["globalPid"] == key[0]) & (steps["deviceId"] == key[1])].sort_values("window_start")
+        j = np.searchsorted(ends, s)
+        first_sync = np.where(ends[np.minimum(j, len(ends) - 1)] < e, ends[np.minimum(j, len(ends) - 1)],
+                              A.NEVER) if len(ends) else np.full(s.size, A.NEVER)
+        first_sync[j >= len(ends)] = A.NEVER
+        points = [s, e, first_sync, h["start"], h["end"], mine["window_start"], mine["first_launch"]]
+        p = np.unique(np.clip(np.concatenate([np.asarray(x, np.int64) for x in points]), s[0], e[-1]))
+        x, y = p[:-1], p[1:]
+        k = np.searchsorted(s, x, side="right") - 1
+        keep = (k >= 0) & (x < e[np.maximum(k, 0)])
+        x, y, k = x[keep], y[keep], k[keep]
+        level, cause = np.full(x.size, len(A.LEVELS) - 1), np.full(x.size, -1)
+        codes = h["cause"].cat.codes.to_numpy(np.int64) if len(h) else np.empty(0, np.int64)
+        for lv in range(len(A.LEVELS) - 2, -1, -1):
+            m = (h["level"] == lv).to_numpy()
+            if m.any():
+                lab = A._active_label(h["start"].to_numpy()[m], h["end"].to_numpy()[m], codes[m], x)
+                level[lab >= 0], cause[lab >= 0] = lv, lab[lab >= 0]
+        step, before = np.full(x.size, -1), np.zeros(x.size, bool)
+        for i, t in enumerate(x):  # the step window holding each segment start: one mask per segment
+            holds = (mine["window_start"].to_numpy() <= t)
+            if holds.any():
+                last = mine.iloc[np.flatnonzero(holds)[-1]]
+                if t < last["window_end"]:
+                    step[i] = last["step"]
+                    before[i] = last["cpu_start"] <= t < last["first_launch"]
+        names = np.asarray(A._causes(host), dtype=object)
+        rows.append(pd.DataFrame({
+            "globalPid": key[0], "deviceId": key[1], "step": step, "cause_kind": np.array(A.LEVELS, dtype=object)[level],
+            "cause": np.where(cause >= 0, names[np.maximum(cause, 0)] if names.size else "", A.UNTRACED),
+            "before_launch": before, "after_sync": x >= first_sync[k], "short_gap": (e - s)[k] < A.SHORT_GAP_NS,
+            "ns": y - x}))
+    keys = [c for c in A.GAP_COLUMNS if c != "ns"]
+    return pd.concat(rows).groupby(keys)["ns"].sum()
+
+
+SPREAD_ONE_PROCESS = [f"UPDATE {t} SET deviceId = rowid % 7" for t in
+                      ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")]
+
+
+@pytest.mark.parametrize("variant", ["vit_l32_2gpu_ddp_0", "vit_l32_2gpu_powersgd_1", "gloo_8rank_0", "clip_item",
+                                     "2-GPU real", "ddp 7 devices", "resnet 5 processes"])
+def test_attribution_equals_one_device_at_a_time(variant, tmp_path, monkeypatch):
+    """attribute lays every device (and process) side by side and sums each idle piece's causes from its
+    process's cause timeline; the reference takes one device at a time, segment by segment. Also in slices
+    (IDLE_CHUNK) and one device per batch (STACK_LIMIT): the same gaps."""
+    if variant == "2-GPU real":
+        path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    elif variant == "ddp 7 devices":
+        path = spread(fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), tmp_path, SPREAD_ONE_PROCESS)
+    elif variant == "resnet 5 processes":
+        path = spread(fixture_trace("resnet18_baseline.sqlite"), tmp_path, SPREAD_PROCESSES)
+    else:
+        path = fixture_trace(f"{variant}.sqlite")
+    a = nsysanalyze.open(path)
+    a.keep_attribution_inputs = True
+    gaps = a.gaps()
+    capture, steps, idle, host, syncs = a._kept_attribution()
+    a.close()
+    want = gaps_one_device_at_a_time(capture, steps, idle, host, syncs)
+    assert len(want) > 10 and want.index.get_level_values("step").max() >= (-1 if "processes" in variant else 1)
+    assert len(capture) == (7 if "7" in variant else 5 if "5" in variant else 2 if "2-GPU" in variant else 1)
+    keys = [c for c in A.GAP_COLUMNS if c != "ns"]
+    assert gaps.groupby(keys)["ns"].sum().to_dict() == want.to_dict()
+    assert not gaps.duplicated(keys).any() and (gaps["ns"] > 0).all()
+    monkeypatch.setattr(A, "IDLE_CHUNK", 13)
+    monkeypatch.setattr(intervals, "STACK_LIMIT", 1)
+    pd.testing.assert_frame_equal(A.attribute(capture, steps, idle, host, syncs), gaps)
+
+
+def test_process_idle_union_keeps_the_calls_of_every_device(tmp_path):
+    """idle_by_process gives a process's devices' idle as one union; the host calls it keeps (_during_idle) are
+    those overlapping some device's idle, asked one device at a time."""
+    path = spread(fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), tmp_path, SPREAD_ONE_PROCESS)
+    a = nsysanalyze.open(path)
+    a.keep_attribution_inputs = True
+    capture, _, idle, _, _ = a._kept_attribution()
+    runtime = a.trace.runtime
+    a.close()
+    per_device = {}
+    for w in capture.itertuples(index=False):
+        per_device.setdefault(int(w.globalPid), []).append(
+            A._idle_within(idle[(int(w.globalPid), int(w.deviceId))], int(w.window_start), int(w.window_end)))
+    united = A.idle_by_process(capture, idle)
+    assert [len(v) for v in per_device.values()] == [7] and [len(v) for v in united.values()] == [1]
+    want = np.zeros(len(runtime), bool)
+    start, end = runtime["start"].to_numpy(), runtime["end"].to_numpy()
+    for s, e in next(iter(per_device.values())):
+        for x, y in zip(s, e):
+            want |= (start < y) & (end > x) & (end > start)
+    got = A._during_idle(runtime, united)
+    assert 0 < want.sum() < len(want) and got.tolist() == want.tolist()
+
+
+def stall_facts_of_one_device(steps: pd.DataFrame, ledger: pd.DataFrame) -> dict:
+    """Reference for Analysis._stall_facts: one device's closed steps and its own ledger rows, masked."""
+    from nsysanalyze import steps as S
+    closed = steps[steps["closed"]]
+    w = closed["window_ns"].to_numpy(np.float64)
+    if len(closed) < 2 or not (w > S.STALL_FACTOR * np.median(w)).any():
+        return {}
+    stalls = closed[w > S.STALL_FACTOR * np.median(w)]
+    pid, dev = int(steps["globalPid"].iloc[0]), int(steps["deviceId"].iloc[0])
+    mine = ledger[(ledger["globalPid"] == pid) & (ledger["deviceId"] == dev) & (ledger["window"] == "step")
+                  & (ledger["kind"] == "idle") & ledger["step"].isin(stalls["step"])]
+    top = mine.groupby(["what", "cause"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    idle = float(mine["ns"].sum())
+    return {"stall_steps": float(len(stalls)), "steady_step_count": float(len(closed)),
+            "stall_excess_ns": float(w.mean()) - float(np.median(w)), "stall_step_ns": float(np.median(stalls["window_ns"])),
+            "stall_cause": f"{top.index[0][0]}: {top.index[0][1]}" if len(top) else "",
+            "stall_before_launch_share": float(mine.loc[mine["before_launch"], "ns"].sum()) / idle if idle else 0.0}
+
+
+def spread_devices(src, tmp_path, n: int):
+    return spread(src, tmp_path, [f"UPDATE {t} SET deviceId = rowid % {n}" for t in
+                                  ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")])
+
+
+EVIDENCE_VARIANTS = ["vit_l32_2gpu_ddp_1", "2-GPU real", "workers_nonpersistent 3 devices", "ddp 7 devices",
+                     "resnet + a one-kernel device"]
+
+
+def evidence_variant(variant, tmp_path):
+    if variant == "2-GPU real":
+        return shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
+    if variant == "workers_nonpersistent 3 devices":
+        return spread_devices(fixture_trace("workers_nonpersistent.sqlite"), tmp_path, 3)
+    if variant == "ddp 7 devices":
+        return spread_devices(fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), tmp_path, 7)
+    if variant == "resnet + a one-kernel device":  # never idle: no gap rows (its own frame is an empty one)
+        return spread(fixture_trace("resnet18_baseline.sqlite"), tmp_path,
+                      ["UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 5 WHERE rowid = 1"])
+    return fixture_trace(f"{variant}.sqlite")
+
+
+@pytest.mark.parametrize("variant", EVIDENCE_VARIANTS)
+def test_step_evidence_equals_one_device_at_a_time(variant, tmp_path):
+    """The evidence's per-device step medians, step counts, first steps, steady steps and stall facts come from
+    one grouping of every device's steps (and one mask of the ledger); the reference masks one device at a time."""
+    with nsysanalyze.open(evidence_variant(variant, tmp_path)) as a:
+        steps, ledger = a.steps(), a.ledger()
+        medians, counts, first_steps = a._step_evidence
+        steady_ids, stalls = a._steady_ids, a._stall_facts
+    groups = dict(list(steps.groupby(["globalPid", "deviceId"])))
+    assert len(groups) == {"vit_l32_2gpu_ddp_1": 1, "2-GPU real": 2, "workers_nonpersistent 3 devices": 3,
+                           "ddp 7 devices": 7, "resnet + a one-kernel device": 2}[variant]
+    assert set(medians) == set(counts) == set(steady_ids) == {(int(p), int(d)) for p, d in groups}
+    for (p, d), mine in groups.items():
+        key = (int(p), int(d))
+        steady = metrics.steady_steps(mine)
+        pd.testing.assert_series_equal(pd.Series(medians[key]), steady.select_dtypes("number").median(), check_names=False)
+        assert counts[key] == len(mine) and steady_ids[key] == sorted(steady["step"].astype(int))
+        assert first_steps.get(key) == (float(mine.loc[~mine["closed"], "window_ns"].iloc[0])
+                                        if not mine["closed"].all() else None)
+        assert stalls.get(key, {}) == stall_facts_of_one_device(mine, ledger)
+    assert stalls or "workers" not in variant  # the 3 spread devices each show the epoch stalls
+    assert len(stalls) == 3 if "workers" in variant else True
+
+
+@pytest.mark.parametrize("variant", EVIDENCE_VARIANTS)
+def test_ledgers_and_gap_rows_equal_one_device_at_a_time(variant, tmp_path):
+    """scope_rows makes every device's scope ledger in one table (each device a slice), the JSON ledger rows are
+    converted in one pass over it, and where_gpu_waited takes every device's summary rows at once; the reference
+    runs scope_rows on one device's rows, converts one ledger at a time and joins each device's own gap frame."""
+    from nsysanalyze import ledger as L
+    from nsysanalyze.render.contract import ledger_row_records, records
+    with nsysanalyze.open(evidence_variant(variant, tmp_path)) as a:
+        rows, steady, evidence, diagnoses = a.ledger(), a._steady_ids, a.evidence(), a.diagnoses()
+        waited = a.where_gpu_waited()
+    together = L.scope_rows(rows, steady)
+    assert len(together) == len(evidence) >= 1
+    for (pid, dev), arrays in together.items():
+        alone = L.scope_rows(rows[(rows["globalPid"] == pid) & (rows["deviceId"] == dev)],
+                             {k: v for k, v in steady.items() if k == (pid, dev)})[(pid, dev)]
+        pd.testing.assert_frame_equal(arrays.frame, alone.frame)
+    ledgers = [d.ledger for d in diagnoses]
+    assert any(c for led in ledgers for c in led.claimed)  # findings claimed rows: claimed_by is not all null
+    assert ledger_row_records(ledgers) == [records(led.rows.assign(claimed_by=[c or None for c in led.claimed]))
+                                           for led in ledgers]
+    one_at_a_time = pd.concat([ev.gaps.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope)
+                               for ev in evidence], ignore_index=True)[waited.columns]
+    assert len(waited) > 3
+    pd.testing.assert_frame_equal(waited, one_at_a_time)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import run
+from ..ledger import ROW_KEYS
 from ..metrics import SUMMARY_MEDIAN_COLUMNS
 
 # 3: the per-device ledger (rows claimed by findings, the combined estimate), findings' claimed rows and
@@ -104,14 +105,30 @@ def finding_records(analysis) -> list[dict]:
 def ledger_records(analysis) -> list[dict]:
     """Per device: its ledger at the findings' scope — rows (kind, what, cause, tags, ns, claimed_by: the
     finding's rule or null), window, GPU busy and host work — and the window after all proposed fixes."""
-    out = []
-    for d in analysis.diagnoses():
-        ev, led, comb = d.evidence, d.ledger, d.combined
-        rows = led.rows.assign(claimed_by=[c or None for c in led.claimed])
-        out.append({"globalPid": ev.globalPid, "deviceId": ev.deviceId, "scope": ev.scope,
-                    "window_ns": led.window_ns, "busy_ns": led.busy_ns, "host_work_ns": led.host_work_ns,
-                    "after_fixes_ns": comb["after_fixes_ns"], "combined_gain_ns": comb["gain_ns"],
-                    "rows": records(rows)})
+    diagnoses = analysis.diagnoses()
+    rows = ledger_row_records([d.ledger for d in diagnoses])
+    return [{"globalPid": d.evidence.globalPid, "deviceId": d.evidence.deviceId, "scope": d.evidence.scope,
+             "window_ns": d.ledger.window_ns, "busy_ns": d.ledger.busy_ns, "host_work_ns": d.ledger.host_work_ns,
+             "after_fixes_ns": d.combined["after_fixes_ns"], "combined_gain_ns": d.combined["gain_ns"], "rows": r}
+            for d, r in zip(diagnoses, rows)]
+
+
+def ledger_row_records(ledgers: list) -> list[list[dict]]:
+    """Each ledger's rows with ``claimed_by`` (the claiming rule or None) as records; the ledgers whose rows
+    are slices of one table (every device's: ledger.scope_rows) converted in one pass over that table."""
+    out: list[list[dict]] = [[] for _ in ledgers]
+    by_table: dict[int, list[int]] = {}
+    for i, led in enumerate(ledgers):
+        by_table.setdefault(id(led.arrays.table), []).append(i)
+    for mine in by_table.values():
+        table = ledgers[mine[0]].arrays.table
+        claimed = np.full(len(table.frame), None, dtype=object)
+        for i in mine:
+            a = ledgers[i].arrays
+            claimed[a.lo:a.hi] = [c or None for c in ledgers[i].claimed]
+        rows = records(table.frame[[*ROW_KEYS, "ns"]].assign(claimed_by=claimed))
+        for i in mine:
+            out[i] = rows[ledgers[i].arrays.lo:ledgers[i].arrays.hi]
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..ledger import EMPTY_ROWS, Ledger, WhatIf, combined
+from ..ledger import EMPTY_LEDGER_ROWS, Ledger, WhatIf, combined
 from ..units import ms
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
@@ -52,7 +52,7 @@ class Evidence:
          "short_after_sync_ns": []}))
     framework: str = "unknown"
     gpu_name: str = ""
-    ledger: Ledger = field(default_factory=lambda: Ledger(EMPTY_ROWS, 0.0, 0.0, 0.0))
+    ledger: Ledger = field(default_factory=lambda: Ledger(EMPTY_LEDGER_ROWS, 0.0, 0.0, 0.0))
 
     @property
     def window_ns(self) -> float:
@@ -110,7 +110,7 @@ def make_finding(ev: Evidence, rule: str, title: str, confidence: float, gain_ns
     ledger = ev.ledger
     if what_if is None and gain_ns > 0 and busy:
         claim = ledger.busy(*busy)
-        taken = min(float(gain_ns), ledger.ns(claim)) if len(ledger.rows) else float(gain_ns)
+        taken = min(float(gain_ns), ledger.ns(claim)) if len(ledger) else float(gain_ns)
         what_if = ledger.what_if(taken, busy_removed_ns=taken)
     if what_if is not None:
         gain_ns = what_if.gain_ns
@@ -185,7 +185,7 @@ def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
             f.confidence = round(f.confidence * ev.facts.get("confidence_factor", 1.0), 2)
             mine.append(f)
             if f.claimed:
-                claim = np.zeros(len(ev.ledger.rows), dtype=bool)
+                claim = np.zeros(len(ev.ledger), dtype=bool)
                 claim[f.claimed] = True
                 ev = replace(ev, ledger=ev.ledger.claim(f.rule, claim))
         rest = unexplained_idle(ev, mine)
@@ -222,11 +222,11 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     idle_ns, idle = ev.get("idle_ns"), ev.get("idle_fraction")
     free = ev.ledger.idle()
     unclaimed = ev.ledger.ns(free)
-    explained = max(0.0, idle_ns - unclaimed) if len(ev.ledger.rows) else 0.0
+    explained = max(0.0, idle_ns - unclaimed) if len(ev.ledger) else 0.0
     if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty or not unclaimed:
         return None
     top = [{"cause_kind": kind, "cause": cause, "ns": float(ns)}  # the largest unclaimed causes
-           for (kind, cause), ns in ev.ledger.causes(free).head(3).items()]
+           for (kind, cause), ns in ev.ledger.causes(free)[:3]]
     causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {ms(r['ns'])})" for r in top)
     first = top[0]
     what = {"warmup": f"warm-up ({first['cause']})", "nvtx_range": f"the host work inside '{first['cause']}'",

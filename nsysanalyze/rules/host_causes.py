@@ -132,7 +132,7 @@ CLASSES = [
 def claim_of(ev: Evidence, cls: CauseClass) -> np.ndarray:
     """The unclaimed ledger rows of one cause class."""
     ledger = ev.ledger
-    mask = ledger.busy(*cls.busy) if cls.busy else np.zeros(len(ledger.rows), dtype=bool)
+    mask = ledger.busy(*cls.busy) if cls.busy else np.zeros(len(ledger), dtype=bool)
     if cls.kinds or cls.causes:
         mask = mask | ledger.idle(cls.kinds, cls.causes, before_launch=False if cls.after_launch_only else None)
     return mask
@@ -146,24 +146,22 @@ def host_cause(rule: str) -> "callable":
 
     def check(ev: Evidence) -> Finding | None:
         ledger = ev.ledger
-        claim = np.zeros(len(ledger.rows), dtype=bool)
+        claim = np.zeros(len(ledger), dtype=bool)
         for c in classes:
             claim |= claim_of(ev, c)
         ns = ledger.ns(claim)
         if not ev.window_ns or ns < MIN_SHARE * ev.window_ns:
             return None
-        rows = ledger.rows[claim]
-        busy_ns = float(rows.loc[rows["kind"] == "busy", "ns"].sum())
-        named = rows.assign(name=rows["cause"].where(rows["kind"] == "idle", rows["what"]))
-        top = named.groupby("name", sort=False)["ns"].sum().sort_values(ascending=False, kind="stable").head(3)
+        busy_ns = ledger.ns(claim & ledger.arrays.is_busy)
+        top = ledger.names(claim)[:3]
         fix, snippet = pick(first.fixes, ev.framework)
         return make_finding(
             ev, rule,
-            first.title.format(ms=ms(ns), per=ev.per, top=", ".join(f"{n} {ms(v)}" for n, v in top.items())),
+            first.title.format(ms=ms(ns), per=ev.per, top=", ".join(f"{n} {ms(v)}" for n, v in top)),
             confidence=first.confidence, gain_ns=ns, claim=claim,
             what_if=ledger.what_if(ns, busy_removed_ns=busy_ns, host_removed_ns=ns - busy_ns),
-            evidence={"claimed_ns": ns, **{f"cause_{i + 1}": n for i, n in enumerate(top.index)},
-                      **{f"cause_{i + 1}_ns": float(v) for i, v in enumerate(top.values)},
+            evidence={"claimed_ns": ns, **{f"cause_{i + 1}": n for i, (n, _) in enumerate(top)},
+                      **{f"cause_{i + 1}_ns": v for i, (_, v) in enumerate(top)},
                       **{k: ev.get(k) for k in first.metrics}},
             fix=fix, snippet=snippet)
 

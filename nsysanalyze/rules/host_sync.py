@@ -127,7 +127,7 @@ def catch_up_gaps(ev: Evidence, need_ns: float):
     gaps = ledger.idle(short_gap=True, after_sync=False)
     if need_ns <= 0 or not gaps.any():
         return np.zeros_like(gaps)
-    ns = ledger.rows["ns"].to_numpy()
+    ns = ledger.arrays.ns
     order = np.flatnonzero(gaps)[np.argsort(ns[gaps], kind="stable")]
     take = order[:int(np.searchsorted(np.cumsum(ns[order]), need_ns) + 1)]
     mask = np.zeros(len(ns), dtype=bool)
@@ -146,7 +146,7 @@ def host_sync(ev: Evidence) -> Finding | None:
         return None
     fix, snippet = pick(SYNC_FIX, ev.framework)
     top = ledger.causes(waits & ledger.idle(after_sync=True))
-    where = f" (mostly while the host works in '{top.index[0][1]}')" if len(top) and top.index[0][0] == "nvtx_range" else ""
+    where = f" (mostly while the host works in '{top[0][0][1]}')" if top and top[0][0][0] == "nvtx_range" else ""
     queued = ledger.busy_ns
     # without the syncs the host queues work ahead: the launch gaps between syncs close too, as far as the
     # two-resource bound allows (the rest stays launch overhead, launch-bound's)

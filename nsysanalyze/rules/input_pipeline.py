@@ -172,7 +172,7 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
     if not pre_ns:
         return None
     top = ledger.causes(claim)
-    (top_kind, top_cause), top_ns = top.index[0], float(top.iloc[0])
+    (top_kind, top_cause), top_ns = top[0]
     loading = loads_data(ev)
     # DataLoader workers hand batches over shared memory (munmap), and the main thread waits for them
     workers = ev.get("munmap_count") >= 1 or (top_kind == "os_wait" and loading)
@@ -280,7 +280,7 @@ def copy_compute_overlap(ev: Evidence) -> Finding | None:
     ledger = ev.ledger
     claim = ledger.busy("htod_pinned", "htod_pageable")
     compute_free = max(0.0, ev.get("kernel_ns") - ev.get("memcpy_hidden_ns"))
-    removable = min(ledger.ns(claim), exposed) if len(ledger.rows) else exposed
+    removable = min(ledger.ns(claim), exposed) if len(ledger) else exposed
     if not significant(ev, min(removable, compute_free)):  # nothing to hide the copies under: link-bound's
         return None
     fix, snippet = pick(OVERLAP_FIX, ev.framework)
