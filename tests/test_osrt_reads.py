@@ -1,6 +1,7 @@
 """OS runtime calls are read only where they can matter (issue 20): the attribution's calls on the threads
 that can hold causes, kept chunk by chunk while read when they overlap GPU idle; munmap by name. The
 result equals reading every call and filtering in memory, as the code did before."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -84,6 +85,10 @@ def test_host_intervals_are_sorted_by_process_then_start_with_ties_in_part_order
         [1, 10, 20, 1], [1, 10, 15, 2], [2, 5, 9, 2], [2, 30, 40, 1]]
     assert got["cause"].tolist() == ["sync", "write", "read", "sync"]
     assert [str(t) for t in got.dtypes[:4]] == ["int64", "int64", "int64", "int8"]
+    for starts, expected in (([5, 3, 1], [3, 5, 1]), ([3, 5, 1], [3, 5, 1])):  # processes in order, starts not / sorted
+        part = {"start": np.array(starts), "end": np.array(starts) + 1, "globalPid": np.array([1, 1, 2]),
+                "level": np.array([1, 1, 1]), "cause": pd.Categorical(["a", "b", "c"])}
+        assert A._sorted_concat([part])["start"].tolist() == expected
 
 
 def test_os_call_names_decode_by_lookup_table_or_search():
