@@ -110,8 +110,10 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     InputError on non-integers. Columns named in ``small`` are int32 while their values fit (int64 from
     the first value that does not). Columns named in ``steady`` (globalPid, deviceId, streamId: one value
     in a one-GPU, one-stream trace) are asked as min() and max() first; a chunk where they are equal sends no text
-    for them, and the first chunk where they are not turns that off. ``keep`` (columns of one chunk by name ->
-    mask of the rows to keep) filters each chunk as it arrives, so only the kept rows are ever held together.
+    for them, and the first chunk where they are not turns that off; a steady column that holds one value in
+    every row comes back as a read-only broadcast view of that value (no memory: 4 or 8 bytes a row saved).
+    ``keep`` (columns of one chunk by name -> mask of the rows to keep) filters each chunk as it arrives, so
+    only the kept rows are ever held together.
     """
     names = list(exprs)
     select = ", ".join(exprs.values())
@@ -135,12 +137,18 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     else:
         scopes = [f"rowid >= {a} AND rowid < {min(a + chunk_rows, hi + 1)} AND " for a in range(lo, hi + 1, chunk_rows)]
         capacity = hi - lo + 1
-    # one buffer per column, so each can be freed alone
-    out = [np.empty(capacity, dtype=np.int32 if name in small else np.int64) for name in names]
+    ranging = [n for n in names if n in steady]  # steady columns still asked as min/max
+    # one buffer per column, so each can be freed alone; a steady column gets one at its first chunk with
+    # another value than the chunks before (until then only that value is kept: one_value)
+    out = [None if name in ranging else np.empty(capacity, dtype=np.int32 if name in small else np.int64)
+           for name in names]
+    one_value: dict[int, int] = {}
     lock = threading.Lock()
     pending: dict[int, list[np.ndarray]] = {}
     filled = [0, 0]  # next chunk to copy, rows copied
-    ranging = [n for n in names if n in steady]  # steady columns still asked as min/max
+
+    def narrow(i: int, value: int) -> type:
+        return np.int32 if names[i] in small and INT32_MIN <= value <= INT32_MAX else np.int64
 
     def read(c: sqlite3.Connection, j: int) -> None:
         nonlocal ranging
@@ -154,7 +162,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
         for i, x in enumerate(rng):
             lo_v, hi_v = values[len(asked) + 2 * i], values[len(asked) + 2 * i + 1]
             if n == 0 or (type(lo_v) is int and lo_v == hi_v):
-                got[x] = np.full(n, lo_v if n else 0, dtype=np.int64)
+                got[x] = np.broadcast_to(np.int64(lo_v if n else 0), (n,))
             else:
                 varying.append(x)
         if varying:  # this chunk varies: fetch those columns, and ask later chunks for them as text
@@ -167,8 +175,8 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
                                    f'SELECT count(*) FROM "{table}" WHERE {scopes[j]}({where})', table)
             cols = [rows[name].to_numpy() for name in names]
         if keep is not None and n:
-            mask = keep(dict(zip(names, cols)))
-            cols = [col[mask] for col in cols]
+            rows = np.flatnonzero(keep(dict(zip(names, cols))))
+            cols = [np.broadcast_to(col[:1], rows.shape) if _one_value(col) else col[rows] for col in cols]
         with lock:  # copy finished chunks in order
             pending[j] = cols
             while filled[0] in pending:
@@ -176,8 +184,14 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
                 k = len(part[0]) if part else 0
                 if filled[1] + k > capacity:
                     raise InputError(f"{table}: more rows than its rowid range (the export is corrupted)")
-                for i, col in enumerate(part):
-                    if out[i].dtype == np.int32 and k and (col.min() < INT32_MIN or col.max() > INT32_MAX):
+                for i, col in enumerate(part if k else ()):
+                    if out[i] is None:
+                        if _one_value(col) and one_value.setdefault(i, int(col[0])) == int(col[0]):
+                            continue
+                        value = one_value.get(i, 0)  # the rows so far held this value: now written out
+                        out[i] = np.empty(capacity, dtype=narrow(i, value))
+                        out[i][:filled[1]] = value
+                    if out[i].dtype == np.int32 and (col.min() < INT32_MIN or col.max() > INT32_MAX):
                         wide = np.empty(capacity, dtype=np.int64)
                         wide[:filled[1]] = out[i][:filled[1]]
                         out[i] = wide
@@ -201,9 +215,17 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     finally:
         for c in readers:
             c.close()
-    frame = pd.DataFrame({name: out[i][:filled[1]] for i, name in enumerate(names)}, copy=False)
+    columns = {name: out[i][:filled[1]] if out[i] is not None else
+               np.broadcast_to(np.array(one_value.get(i, 0), dtype=narrow(i, one_value.get(i, 0))), (filled[1],))
+               for i, name in enumerate(names)}
+    frame = pd.DataFrame(columns, copy=False)
     check_summable(frame, table)
     return frame
+
+
+def _one_value(column: np.ndarray) -> bool:
+    """Whether ``column`` is a broadcast view of one value (what fetch_columns makes of a steady column)."""
+    return column.size > 0 and column.strides == (0,)
 
 
 # Bound on |timestamps|, on the sum of |durations| and on the sum of |bytes| of one table: the metrics
