@@ -95,3 +95,20 @@ def test_group_codes_match_a_pandas_grouping():
         assert code.tolist() == want.tolist()
         firsts = frame.groupby(list(frame.columns), sort=True).size().index.to_frame().to_numpy().T
         assert [v.tolist() for v in values] == [list(f) for f in firsts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, windows, st.sampled_from([1, 2, 3, 7]))
+def test_coverage_sums_in_blocks_match_brute_force(iv, win, block):
+    """Coverage's prefix sums are made a block of intervals at a time, and its queries answered a block of
+    times at a time (blocks of a few here, so the running total crosses block edges); ``owned`` arrays are
+    merged in place: the covered ns equal the brute-force mask's either way."""
+    from nsysanalyze import intervals as I
+    m, lo = mask(*iv)
+    saved, I.BLOCK, I.QUERY_BLOCK = (I.BLOCK, I.QUERY_BLOCK), block, block
+    try:
+        for owned in (False, True):
+            cov = Coverage(iv[0].copy(), iv[1].copy(), owned=owned)
+            assert (cov.within(*win) == covered(m, lo, *win)).all() and cov.total == m.sum()
+    finally:
+        I.BLOCK, I.QUERY_BLOCK = saved
