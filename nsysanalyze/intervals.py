@@ -14,7 +14,7 @@ import pandas as pd
 
 
 BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporaries, not a loop per event
-QUERY_BLOCK = 1 << 18  # query times per block of Coverage.covered_before (6 temporaries of 8 bytes a time)
+QUERY_BLOCK = 1 << 18  # query times per block of Coverage.covered_before and of the prefix sums taken at windows' edges
 # Many groups (devices, threads, processes) are measured in one vectorized pass by laying them side by
 # side on one time axis: lane j is shifted by j x stride, stride > the whole time span, so no interval
 # or window reaches another lane's. Shifted times stay below this bound (int64 headroom).
@@ -193,17 +193,18 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
 
 
 def _prefix_sums_at(values_of, n: int, at: np.ndarray) -> np.ndarray:
-    """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k in ``at``;
-    ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
+    """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k (0 ≤ k ≤ n) in
+    ``at``; ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
     out = np.zeros(at.shape, dtype=np.int64)
     carry = 0
-    for lo in range(0, n, BLOCK):
-        values = values_of(lo, min(lo + BLOCK, n))
+    for lo in range(0, n, QUERY_BLOCK):
+        values = values_of(lo, min(lo + QUERY_BLOCK, n))
         inclusive = np.cumsum(values)
         here = (at >= lo) & (at < lo + values.size)
         j = at[here] - lo
         out[here] = carry + inclusive[j] - values[j]
         carry += int(inclusive[-1])
+    out[at >= n] = carry
     return out
 
 
@@ -213,6 +214,16 @@ def count_in_windows(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndar
     if not is_sorted(t):
         t = np.sort(t, kind="stable")
     return np.searchsorted(t, b, side="left") - np.searchsorted(t, a, side="left")
+
+
+def durations_in_windows(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sum of end - start (ns) of the intervals starting in each window [a, b): with ``starts`` sorted, from
+    prefix sums taken at the windows' edges only, a block of durations at a time (no array of every duration)."""
+    if not is_sorted(starts):
+        return sum_in_windows(starts, ends - starts, a, b)
+    edges = np.searchsorted(starts, np.concatenate([np.ravel(a), np.ravel(b)]), side="left")
+    before = _prefix_sums_at(lambda lo, hi: ends[lo:hi] - starts[lo:hi], starts.size, edges)
+    return (before[np.size(a):] - before[:np.size(a)]).reshape(np.shape(a))
 
 
 def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

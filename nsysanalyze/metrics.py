@@ -41,8 +41,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import (BLOCK, Coverage, count_in_windows, group_codes, group_indices, intersection_within, is_sorted,
-                        lanes_per_batch, row_blocks, sum_in_windows, union_of)
+from .intervals import (BLOCK, Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
+                        intersection_within, is_sorted, lanes_per_batch, row_blocks, sum_in_windows, union_of)
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -237,9 +237,16 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     is_nccl = _is_in(k["nameId"], nccl_name_ids)
     ms, me, kind = m["start"], m["end"], m["copyKind"]
     htod, dtoh, dtod, ptop = (kind == COPY_HTOD), (kind == COPY_DTOH), (kind == COPY_DTOD), (kind == COPY_PTOP)
+    unified = np.isin(kind, COPY_UNIFIED)
     copies, sets = Coverage(ms, me), Coverage(s["start"], s["end"])
     htod_cov, dtoh_cov = _masked(copies, ms, me, htod), _masked(copies, ms, me, dtoh)
     copy_or_set = Coverage.of(copies, sets)
+    # the copy classes' own ns now: only their unions with the kernels are needed later
+    copy_side = {"memcpy_ns": copies.within(a, b), "memset_ns": sets.within(a, b), "htod_ns": htod_cov.within(a, b),
+                 "dtoh_ns": dtoh_cov.within(a, b), "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),
+                 "ptop_ns": _masked(copies, ms, me, ptop).within(a, b),
+                 "um_ns": _masked(copies, ms, me, unified).within(a, b)}
+    del sets
     m_bytes, m_dur = m["bytes"], me - ms
     src, dst = m["srcKind"], m["dstKind"]
 
@@ -252,8 +259,8 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     kernel_ns, copy_ns = kern.within(a, b), copy_or_set.within(a, b)
     kernel_copy = intersection_within(kern, copy_or_set, a, b)
     memcpy_hidden, htod_hidden, dtoh_hidden = (intersection_within(c, kern, a, b) for c in (copies, htod_cov, dtoh_cov))
+    del copies, htod_cov, dtoh_cov  # released before X's union is made
     busy_ns = kernel_ns + copy_ns - kernel_copy
-    unified = np.isin(kind, COPY_UNIFIED)
     busy_of = _busy_partition(kern, ms, me, {
         "htod_pageable": htod & (src == MEM_PAGEABLE), "htod_pinned": htod & (src != MEM_PAGEABLE),
         "dtoh_pageable": dtoh & (dst == MEM_PAGEABLE), "dtoh_pinned": dtoh & (dst != MEM_PAGEABLE),
@@ -287,11 +294,11 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "busy_ns": busy_ns,
         "kernel_ns": kernel_ns,
         "kernel_count": count_in_windows(ks, a, b),
-        "kernel_sum_ns": sum_in_windows(ks, ke - ks, a, b),
-        "memcpy_ns": copies.within(a, b),
+        "kernel_sum_ns": durations_in_windows(ks, ke, a, b),
+        "memcpy_ns": copy_side["memcpy_ns"],
         "memcpy_hidden_ns": memcpy_hidden,
-        "memset_ns": sets.within(a, b),
-        "htod_ns": htod_cov.within(a, b),
+        "memset_ns": copy_side["memset_ns"],
+        "htod_ns": copy_side["htod_ns"],
         "htod_hidden_ns": htod_hidden,
         "htod_count": copy_sum(htod, ones_m),
         "htod_bytes": copy_sum(htod, m_bytes),
@@ -302,17 +309,17 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "dtoh_count": copy_sum(dtoh, ones_m),
         "dtoh_bytes": copy_sum(dtoh, m_bytes),
         "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
-        "dtoh_ns": dtoh_cov.within(a, b),
+        "dtoh_ns": copy_side["dtoh_ns"],
         "dtoh_hidden_ns": dtoh_hidden,
         "dtod_count": copy_sum(dtod, ones_m),
         "dtod_bytes": copy_sum(dtod, m_bytes),
-        "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),
+        "dtod_ns": copy_side["dtod_ns"],
         "ptop_count": copy_sum(ptop, ones_m),
         "ptop_bytes": copy_sum(ptop, m_bytes),
-        "ptop_ns": _masked(copies, ms, me, ptop).within(a, b),
+        "ptop_ns": copy_side["ptop_ns"],
         "um_count": copy_sum(unified, ones_m),
         "um_bytes": copy_sum(unified, m_bytes),
-        "um_ns": _masked(copies, ms, me, unified).within(a, b),
+        "um_ns": copy_side["um_ns"],
         "nccl_count": count_in_windows(ks[nccl_rows], a, b),
         "nccl_ns": nccl_ns,
         # |NCCL - compute| = |kernels| - |compute|, since kernels = NCCL ∪ compute
