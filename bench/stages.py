@@ -13,19 +13,48 @@ The pass's parts are timed by wrapping the functions it calls (this script only)
 from __future__ import annotations
 
 import functools
+import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 0.0
+
+
+def rss_mib() -> float | None:
+    """The process's resident set now (MiB), from /proc/self/statm; None where there is none."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * PAGE_MIB
+    except OSError:
+        return None
+
+
 class Clock:
-    """Wall and process-CPU seconds, per stage name (accumulated)."""
+    """Wall and process-CPU seconds, per stage name (accumulated), and the largest RSS (MiB) seen while
+    each stage ran (a sampling thread; the innermost running stage gets the sample)."""
 
     def __init__(self):
         self.rows: dict[str, list[float]] = {}
+        self.peaks: dict[str, float] = {}
+        self.stage = "imports"
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while self.note() is not None:
+            time.sleep(0.005)
+
+    def note(self) -> float | None:
+        """Record the RSS now against the running stage."""
+        r = rss_mib()
+        if r is not None and r > self.peaks.get(self.stage, 0.0):
+            self.peaks[self.stage] = r
+        return r
 
     def add(self, name: str, wall: float, cpu: float) -> None:
         row = self.rows.setdefault(name, [0.0, 0.0])
@@ -33,11 +62,15 @@ class Clock:
         row[1] += cpu
 
     def run(self, name: str, fn, *args, **kwargs):
+        outer, self.stage = self.stage, name
+        self.note()
         w, c = time.perf_counter(), time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
             self.add(name, time.perf_counter() - w, time.process_time() - c)
+            self.note()
+            self.stage = outer
 
     def wrap(self, module, attr: str, name: str) -> None:
         fn = getattr(module, attr)
@@ -63,6 +96,7 @@ def main(path: str) -> None:
     clock.run("read tables", a._load_tables)
     clock.run("steps (choice, projection)", lambda: a._step_choice)
     w, c = time.perf_counter(), time.process_time()
+    clock.stage = "pass: rest (kernel table, windows)"
     a._window_metric_columns  # noqa: B018
     parts = sum(clock.rows[n][0] for _, _, n in pass_parts if n in clock.rows), sum(clock.rows[n][1] for _, _, n in pass_parts if n in clock.rows)
     clock.add("pass: rest (kernel table, windows)", time.perf_counter() - w - parts[0], time.process_time() - c - parts[1])
@@ -71,10 +105,11 @@ def main(path: str) -> None:
     clock.run("render JSON", json_render.render, doc)
     total_w, total_c = time.perf_counter() - w0, time.process_time()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("| stage | wall (s) | CPU (s) |\n|---|---:|---:|")
+    print("| stage | wall (s) | CPU (s) | peak RSS in it (MiB) |\n|---|---:|---:|---:|")
     for name, (wall, cpu) in clock.rows.items():
-        print(f"| {name} | {wall:.2f} | {cpu:.2f} |")
-    print(f"| **total** (after interpreter start; peak RSS {rss:.0f} MB) | **{total_w:.2f}** | **{total_c:.2f}** |")
+        peak = f"{clock.peaks[name]:.0f}" if name in clock.peaks else ""
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {peak} |")
+    print(f"| **total** (after interpreter start; peak RSS {rss:.0f} MiB) | **{total_w:.2f}** | **{total_c:.2f}** | |")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import pandas as pd
 
 
 BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporaries, not a loop per event
+QUERY_BLOCK = 1 << 18  # query times per block of Coverage.covered_before and of the prefix sums taken at windows' edges
 # Many groups (devices, threads, processes) are measured in one vectorized pass by laying them side by
 # side on one time axis: lane j is shifted by j x stride, stride > the whole time span, so no interval
 # or window reaches another lane's. Shifted times stay below this bound (int64 headroom).
@@ -121,16 +122,21 @@ def union_of(*parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndar
 class Coverage:
     """Union of intervals with O(log n) coverage queries for arrays of windows."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, disjoint: bool = False):
-        """The union of [starts, ends); ``disjoint``: they already are one (sorted, disjoint: kept as is)."""
-        self.starts, self.ends = (starts, ends) if disjoint else union(starts, ends)
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, disjoint: bool = False, owned: bool = False):
+        """The union of [starts, ends); ``disjoint``: they already are one (sorted, disjoint: kept as is);
+        ``owned``: the arrays are the caller's copies, which the union may overwrite (see :func:`union`)."""
+        self.starts, self.ends = (starts, ends) if disjoint else union(starts, ends, owned=owned)
 
     @cached_property
     def _cum(self) -> np.ndarray:
         """Covered ns before each interval (and in all, last): made at the first query, not for a
-        coverage only used for its intervals (8 bytes an interval)."""
-        cum = np.zeros(self.starts.size + 1, dtype=np.int64)
-        np.cumsum(self.ends - self.starts, out=cum[1:])
+        coverage only used for its intervals (8 bytes an interval), a block of lengths at a time."""
+        n = self.starts.size
+        cum = np.zeros(n + 1, dtype=np.int64)
+        for lo in range(0, n, BLOCK):
+            hi = min(lo + BLOCK, n)
+            np.cumsum(self.ends[lo:hi] - self.starts[lo:hi], out=cum[lo + 1:hi + 1])
+            cum[lo + 1:hi + 1] += cum[lo]
         return cum
 
     @classmethod
@@ -157,12 +163,16 @@ class Coverage:
         if self.starts.size == 0:
             return out
         times, result = t.reshape(-1), out.reshape(-1)
-        for lo in range(0, times.size, BLOCK):
-            part = times[lo:lo + BLOCK]
-            k = np.searchsorted(self.starts, part, side="right")  # intervals starting at or before t
-            prev = np.maximum(k - 1, 0)
-            partial = np.clip(part - self.starts[prev], 0, self.ends[prev] - self.starts[prev])
-            result[lo:lo + BLOCK] = np.where(k > 0, self._cum[prev] + partial, 0)
+        for lo in range(0, times.size, QUERY_BLOCK):
+            part = times[lo:lo + QUERY_BLOCK]
+            # the last interval starting at or before t (interval 0 for t before every start: 0 ns of it lie before t)
+            prev = np.searchsorted(self.starts, part, side="right") - 1
+            np.maximum(prev, 0, out=prev)
+            start = self.starts[prev]
+            length = self.ends[prev] - start
+            partial = np.subtract(part, start, out=start)  # ns of that interval before t, up to its length
+            np.clip(partial, 0, length, out=partial)
+            np.add(self._cum[prev], partial, out=result[lo:lo + QUERY_BLOCK])
         return out
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -193,17 +203,18 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
 
 
 def _prefix_sums_at(values_of, n: int, at: np.ndarray) -> np.ndarray:
-    """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k in ``at``;
-    ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
+    """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k (0 ≤ k ≤ n) in
+    ``at``; ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
     out = np.zeros(at.shape, dtype=np.int64)
     carry = 0
-    for lo in range(0, n, BLOCK):
-        values = values_of(lo, min(lo + BLOCK, n))
+    for lo in range(0, n, QUERY_BLOCK):
+        values = values_of(lo, min(lo + QUERY_BLOCK, n))
         inclusive = np.cumsum(values)
         here = (at >= lo) & (at < lo + values.size)
         j = at[here] - lo
         out[here] = carry + inclusive[j] - values[j]
         carry += int(inclusive[-1])
+    out[at >= n] = carry
     return out
 
 
@@ -213,6 +224,16 @@ def count_in_windows(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndar
     if not is_sorted(t):
         t = np.sort(t, kind="stable")
     return np.searchsorted(t, b, side="left") - np.searchsorted(t, a, side="left")
+
+
+def durations_in_windows(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sum of end - start (ns) of the intervals starting in each window [a, b): with ``starts`` sorted, from
+    prefix sums taken at the windows' edges only, a block of durations at a time (no array of every duration)."""
+    if not is_sorted(starts):
+        return sum_in_windows(starts, ends - starts, a, b)
+    edges = np.searchsorted(starts, np.concatenate([np.ravel(a), np.ravel(b)]), side="left")
+    before = _prefix_sums_at(lambda lo, hi: ends[lo:hi] - starts[lo:hi], starts.size, edges)
+    return (before[np.size(a):] - before[:np.size(a)]).reshape(np.shape(a))
 
 
 def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -41,8 +41,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
-                        lanes_per_batch, sum_in_windows, union_of)
+from .intervals import (BLOCK, Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
+                        intersection_within, is_sorted, lanes_per_batch, row_blocks, sum_in_windows, union_of)
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -234,12 +234,19 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     overlap comes from :func:`intersection_within` and inclusion-exclusion, e.g. busy = |K| + |C| - |K ∩ C|.
     """
     ks, ke = k["start"], k["end"]
-    is_nccl = np.isin(k["nameId"], nccl_name_ids)
+    is_nccl = _is_in(k["nameId"], nccl_name_ids)
     ms, me, kind = m["start"], m["end"], m["copyKind"]
     htod, dtoh, dtod, ptop = (kind == COPY_HTOD), (kind == COPY_DTOH), (kind == COPY_DTOD), (kind == COPY_PTOP)
+    unified = np.isin(kind, COPY_UNIFIED)
     copies, sets = Coverage(ms, me), Coverage(s["start"], s["end"])
     htod_cov, dtoh_cov = _masked(copies, ms, me, htod), _masked(copies, ms, me, dtoh)
     copy_or_set = Coverage.of(copies, sets)
+    # the copy classes' own ns now: only their unions with the kernels are needed later
+    copy_side = {"memcpy_ns": copies.within(a, b), "memset_ns": sets.within(a, b), "htod_ns": htod_cov.within(a, b),
+                 "dtoh_ns": dtoh_cov.within(a, b), "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),
+                 "ptop_ns": _masked(copies, ms, me, ptop).within(a, b),
+                 "um_ns": _masked(copies, ms, me, unified).within(a, b)}
+    del sets
     m_bytes, m_dur = m["bytes"], me - ms
     src, dst = m["srcKind"], m["dstKind"]
 
@@ -252,8 +259,8 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     kernel_ns, copy_ns = kern.within(a, b), copy_or_set.within(a, b)
     kernel_copy = intersection_within(kern, copy_or_set, a, b)
     memcpy_hidden, htod_hidden, dtoh_hidden = (intersection_within(c, kern, a, b) for c in (copies, htod_cov, dtoh_cov))
+    del copies, htod_cov, dtoh_cov  # released before X's union is made
     busy_ns = kernel_ns + copy_ns - kernel_copy
-    unified = np.isin(kind, COPY_UNIFIED)
     busy_of = _busy_partition(kern, ms, me, {
         "htod_pageable": htod & (src == MEM_PAGEABLE), "htod_pinned": htod & (src != MEM_PAGEABLE),
         "dtoh_pageable": dtoh & (dst == MEM_PAGEABLE), "dtoh_pinned": dtoh & (dst != MEM_PAGEABLE),
@@ -262,21 +269,23 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     no_nccl, all_nccl = not is_nccl.any(), bool(is_nccl.all())
     if not (no_nccl or all_nccl):
         del kern
-    compute = kern if no_nccl else EMPTY if all_nccl else Coverage(ks[~is_nccl], ke[~is_nccl])
+    compute = kern if no_nccl else EMPTY if all_nccl else Coverage(ks[~is_nccl], ke[~is_nccl], owned=True)
     compute_ns = kernel_ns if no_nccl else compute.within(a, b)
     compute_copy = kernel_copy if no_nccl else intersection_within(compute, copy_or_set, a, b)
     per_kind = {}
+    nccl_rows = np.flatnonzero(is_nccl)  # each kind's kernels are NCCL kernels: picked among those
+    nccl_names = k["nameId"][nccl_rows]
     for kind in NCCL_KINDS:
         ids = np.array([i for i, kd in nccl_kinds.items() if kd == kind], dtype=np.int64)
-        mask = np.isin(k["nameId"], ids) if ids.size else np.zeros(ks.size, dtype=bool)
-        cov = Coverage(ks[mask], ke[mask]) if mask.any() else EMPTY
+        rows = nccl_rows[np.isin(nccl_names, ids)] if ids.size else nccl_rows[:0]
+        cov = Coverage(ks[rows], ke[rows], owned=True) if rows.size else EMPTY
         kind_ns = cov.within(a, b)
-        per_kind[f"nccl_{kind}_count"] = count_in_windows(ks[mask], a, b)
+        per_kind[f"nccl_{kind}_count"] = count_in_windows(ks[rows], a, b)
         per_kind[f"nccl_{kind}_ns"] = kind_ns
-        per_kind[f"nccl_{kind}_exposed_ns"] = kind_ns - intersection_within(cov, compute, a, b) if mask.any() else kind_ns
+        per_kind[f"nccl_{kind}_exposed_ns"] = kind_ns - intersection_within(cov, compute, a, b) if rows.size else kind_ns
         del cov
-    del compute
-    nccl = kern if all_nccl else EMPTY if no_nccl else Coverage(ks[is_nccl], ke[is_nccl])
+    del compute, nccl_names
+    nccl = kern if all_nccl else EMPTY if no_nccl else Coverage(ks[nccl_rows], ke[nccl_rows], owned=True)
     nccl_ns = kernel_ns if all_nccl else nccl.within(a, b)
     nccl_copy = kernel_copy if all_nccl else intersection_within(nccl, copy_or_set, a, b)
     del nccl
@@ -285,11 +294,11 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "busy_ns": busy_ns,
         "kernel_ns": kernel_ns,
         "kernel_count": count_in_windows(ks, a, b),
-        "kernel_sum_ns": sum_in_windows(ks, ke - ks, a, b),
-        "memcpy_ns": copies.within(a, b),
+        "kernel_sum_ns": durations_in_windows(ks, ke, a, b),
+        "memcpy_ns": copy_side["memcpy_ns"],
         "memcpy_hidden_ns": memcpy_hidden,
-        "memset_ns": sets.within(a, b),
-        "htod_ns": htod_cov.within(a, b),
+        "memset_ns": copy_side["memset_ns"],
+        "htod_ns": copy_side["htod_ns"],
         "htod_hidden_ns": htod_hidden,
         "htod_count": copy_sum(htod, ones_m),
         "htod_bytes": copy_sum(htod, m_bytes),
@@ -300,18 +309,18 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "dtoh_count": copy_sum(dtoh, ones_m),
         "dtoh_bytes": copy_sum(dtoh, m_bytes),
         "dtoh_pageable_bytes": copy_sum(dtoh & (dst == MEM_PAGEABLE), m_bytes),
-        "dtoh_ns": dtoh_cov.within(a, b),
+        "dtoh_ns": copy_side["dtoh_ns"],
         "dtoh_hidden_ns": dtoh_hidden,
         "dtod_count": copy_sum(dtod, ones_m),
         "dtod_bytes": copy_sum(dtod, m_bytes),
-        "dtod_ns": _masked(copies, ms, me, dtod).within(a, b),
+        "dtod_ns": copy_side["dtod_ns"],
         "ptop_count": copy_sum(ptop, ones_m),
         "ptop_bytes": copy_sum(ptop, m_bytes),
-        "ptop_ns": _masked(copies, ms, me, ptop).within(a, b),
+        "ptop_ns": copy_side["ptop_ns"],
         "um_count": copy_sum(unified, ones_m),
         "um_bytes": copy_sum(unified, m_bytes),
-        "um_ns": _masked(copies, ms, me, unified).within(a, b),
-        "nccl_count": count_in_windows(ks[is_nccl], a, b),
+        "um_ns": copy_side["um_ns"],
+        "nccl_count": count_in_windows(ks[nccl_rows], a, b),
         "nccl_ns": nccl_ns,
         # |NCCL - compute| = |kernels| - |compute|, since kernels = NCCL ∪ compute
         "nccl_exposed_ns": kernel_ns - compute_ns,
@@ -326,6 +335,14 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "busy_nccl_ns": kernel_ns - compute_ns,
         **busy_of,
     }
+
+
+def _is_in(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """np.isin(values, ids), a block of values at a time (its int64 temporaries stay a block's size)."""
+    out = np.empty(values.size, dtype=bool)
+    for rows in row_blocks(values.size):
+        out[rows] = np.isin(values[rows], ids)
+    return out
 
 
 def _busy_partition(kern: Coverage, ms: np.ndarray, me: np.ndarray, classes: dict[str, np.ndarray],
@@ -431,11 +448,11 @@ def nccl_on_compute_streams(kernels: pd.DataFrame, nccl_name_ids: np.ndarray) ->
     if not nccl.any():
         return pd.DataFrame({"globalPid": [], "deviceId": [], "nccl_on_compute_stream_fraction": [],
                              "nccl_compute_stream": []})
-    keys = kernels[cols].astype(np.int64)
-    compute = pd.MultiIndex.from_frame(keys[~nccl].drop_duplicates())
-    comm = keys[nccl].reset_index(drop=True)
-    dur = (kernels["end"].to_numpy()[nccl] - kernels["start"].to_numpy()[nccl]).astype(np.float64)
-    shared = pd.MultiIndex.from_frame(comm).isin(compute)
+    rows = np.flatnonzero(nccl)  # the NCCL kernels (the compute kernels are never gathered)
+    comm = pd.DataFrame({c: kernels[c].to_numpy()[rows].astype(np.int64) for c in cols})
+    code, keys = group_codes(*(comm[c].to_numpy() for c in cols))
+    shared = _streams_running_others(kernels, *keys, nccl)[code]
+    dur = (kernels["end"].to_numpy()[rows] - kernels["start"].to_numpy()[rows]).astype(np.float64)
     comm = comm.assign(ns=dur, shared_ns=np.where(shared, dur, 0.0))
     per = comm.groupby(["globalPid", "deviceId"])[["ns", "shared_ns"]].sum()
     by_stream = comm[shared].groupby(cols)["shared_ns"].sum()
@@ -444,6 +461,25 @@ def nccl_on_compute_streams(kernels: pd.DataFrame, nccl_name_ids: np.ndarray) ->
     out = pd.DataFrame({"nccl_on_compute_stream_fraction": per["shared_ns"] / per["ns"].where(per["ns"] > 0),
                         "nccl_compute_stream": top.reindex(per.index).fillna(-1).astype(np.int64)})
     return out.reset_index()
+
+
+def _streams_running_others(kernels: pd.DataFrame, pids: np.ndarray, devices: np.ndarray, streams: np.ndarray,
+                            excluded: np.ndarray) -> np.ndarray:
+    """Per (globalPid, deviceId, streamId) key (distinct, in sorted order), whether some kernel not marked in
+    ``excluded`` runs on that stream of that device: each device's streams looked up a block of kernels at a time."""
+    found = np.zeros(pids.size, dtype=bool)
+    stream = kernels["streamId"].to_numpy()
+    for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
+        mine = np.flatnonzero((pids == pid) & (devices == dev))
+        if mine.size == 0:
+            continue
+        wanted = streams[mine]  # sorted: the keys are
+        for sel in row_blocks(stream.size, idx):
+            s = stream[sel]
+            pos = np.minimum(np.searchsorted(wanted, s), wanted.size - 1)
+            hit = (wanted[pos] == s) & ~excluded[sel]
+            found[mine] |= np.bincount(pos[hit], minlength=wanted.size) > 0
+    return found
 
 
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:

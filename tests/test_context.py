@@ -294,6 +294,19 @@ def test_nccl_on_compute_streams_metric():
     assert out["nccl_on_compute_stream_fraction"] == 6 / 8 and out["nccl_compute_stream"] == 7
 
 
+def test_nccl_on_compute_streams_per_device():
+    """Stream 7 runs compute on device 0 only: device 1's NCCL on its own stream 7 is on no compute stream;
+    device 2 has compute on streams 7 and 9, NCCL on both (3 ns on 9, 1 ns on 7: stream 9 is named)."""
+    from nsysanalyze.metrics import nccl_on_compute_streams
+
+    k = pd.DataFrame({"globalPid": [1] * 8, "deviceId": [0, 0, 1, 1, 2, 2, 2, 2],
+                      "streamId": [7, 7, 7, 8, 7, 9, 7, 9], "nameId": [1, 2, 2, 1, 1, 1, 2, 2],
+                      "start": [0, 10, 20, 30, 0, 0, 10, 10], "end": [10, 14, 25, 31, 5, 5, 11, 13]})
+    out = nccl_on_compute_streams(k, [2]).set_index("deviceId")
+    assert out["nccl_on_compute_stream_fraction"].tolist() == [1.0, 0.0, 1.0]
+    assert out["nccl_compute_stream"].tolist() == [7, -1, 9]
+
+
 def test_allreduce_through_host_memory_is_a_finding_of_its_own():
     """25 MB of gradients out and 25 MB back per step, no NCCL kernel, 40 ms of GPU idle in host waits:
     the gain is that wait (what an all-reduce on the GPUs would no longer leave idle, at most)."""

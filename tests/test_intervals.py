@@ -95,3 +95,42 @@ def test_group_codes_match_a_pandas_grouping():
         assert code.tolist() == want.tolist()
         firsts = frame.groupby(list(frame.columns), sort=True).size().index.to_frame().to_numpy().T
         assert [v.tolist() for v in values] == [list(f) for f in firsts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, windows, st.sampled_from([1, 2, 3, 7]))
+def test_coverage_sums_in_blocks_match_brute_force(iv, win, block):
+    """Coverage's prefix sums are made a block of intervals at a time, and its queries answered a block of
+    times at a time (blocks of a few here, so the running total crosses block edges); ``owned`` arrays are
+    merged in place: the covered ns equal the brute-force mask's either way."""
+    from nsysanalyze import intervals as I
+    m, lo = mask(*iv)
+    saved, I.BLOCK, I.QUERY_BLOCK = (I.BLOCK, I.QUERY_BLOCK), block, block
+    try:
+        for owned in (False, True):
+            cov = Coverage(iv[0].copy(), iv[1].copy(), owned=owned)
+            assert (cov.within(*win) == covered(m, lo, *win)).all() and cov.total == m.sum()
+            other = Coverage(win[0] + 3, win[1] + 9)
+            both = m & mask(win[0] + 3, win[1] + 9)[0]
+            assert (intersection_within(cov, other, *win) == covered(both, lo, *win)).all()
+    finally:
+        I.BLOCK, I.QUERY_BLOCK = saved
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, windows, st.sampled_from([1, 2, 3, 7]))
+def test_durations_in_windows_equal_a_sum_of_durations(iv, win, block):
+    """The durations of the intervals starting in each window, from prefix sums a block at a time (blocks of
+    a few here; windows past the last start take the total), equal the sum over a plain duration array;
+    unsorted starts too."""
+    from nsysanalyze import intervals as I
+    from nsysanalyze.intervals import durations_in_windows
+    s, e = iv
+    want = np.array([(e - s)[(s >= x) & (s < y)].sum() for x, y in zip(*win)], dtype=np.int64)
+    saved, I.QUERY_BLOCK = I.QUERY_BLOCK, block
+    try:
+        order = np.argsort(s, kind="stable")
+        assert durations_in_windows(s[order], e[order], *win).tolist() == want.tolist()
+        assert durations_in_windows(s, e, *win).tolist() == want.tolist()
+    finally:
+        I.QUERY_BLOCK = saved

@@ -85,3 +85,47 @@ def test_osrt_calls_column_wise_names_once_per_id(tmp_path):
     assert isinstance(every["name"].dtype, pd.CategoricalDtype)
     assert munmap["start"].tolist() == [10, 50] and set(munmap["name"]) == {"munmap"}
     assert none.empty and list(none.columns) == ["start", "end", "globalTid", "name"]
+
+
+def _kernels_by_sql(path, columns: list[str]) -> pd.DataFrame:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        rows = conn.execute(f"SELECT {', '.join(columns)} FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid").fetchall()
+    return pd.DataFrame(rows, columns=columns).astype(np.int64)
+
+
+def test_steady_columns_of_one_value_take_no_memory():
+    """The ResNet-18 trace's kernels run on one process, device and stream: those columns come back as
+    read-only broadcast views (0 bytes a row), id columns int32 as before, values as plain SQL gives them."""
+    path = shared_trace("h200/resnet18-baseline-nvtx.sqlite")
+    cols = ["start", "end", "globalPid", "deviceId", "streamId"]
+    with Trace(path) as t:
+        got = t.gpu_table("kernels", cols)
+    expected = _kernels_by_sql(path, cols)
+    assert len(got) == 1167
+    for c in ("globalPid", "deviceId", "streamId"):
+        values = got[c].to_numpy()
+        assert values.strides == (0,) and not values.flags.writeable
+    assert got["deviceId"].dtype == np.int32 and got["globalPid"].dtype == np.int64
+    assert got["start"].to_numpy().strides == (8,)
+    pd.testing.assert_frame_equal(got.astype(np.int64), expected)
+
+
+def test_steady_column_that_changes_in_a_later_chunk(tmp_path, monkeypatch):
+    """One value for the first chunks, then others (a later chunk of one other value, a chunk that varies):
+    the column is written out from that chunk on with the earlier rows' value; a value past int32 widens it."""
+    path = tmp_path / "devices.sqlite"
+    shutil.copyfile(shared_trace("h200/resnet18-baseline-nvtx.sqlite"), path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 3 WHERE rowid BETWEEN 500 AND 599")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = rowid % 2 + 9 WHERE rowid >= 1000")
+        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + {1 << 40} WHERE rowid = 1100")
+    monkeypatch.setattr(tables, "CHUNK_ROWS", 100)
+    cols = ["start", "globalPid", "deviceId", "streamId"]
+    with Trace(path) as t:
+        got = t.gpu_table("kernels", cols)
+    expected = _kernels_by_sql(path, cols)
+    assert sorted(set(got["deviceId"])) == [0, 3] and got["deviceId"].dtype == np.int32
+    assert got["streamId"].nunique() == 3 and got["globalPid"].nunique() == 2
+    for c in ("globalPid", "deviceId", "streamId"):
+        assert got[c].to_numpy().strides != (0,)
+    pd.testing.assert_frame_equal(got.astype(np.int64), expected)

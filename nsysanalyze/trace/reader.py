@@ -57,7 +57,8 @@ class Trace:
 
     def gpu_table(self, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
         """``kind`` ('kernels', 'memcpys', 'memsets') with only the named columns (default: all), id
-        columns as int32 where they fit (values as in the cached loaders); not cached."""
+        columns as int32 where they fit, a process, device or stream column with one value in every row as a
+        read-only broadcast view (values as in the cached loaders); not cached."""
         return getattr(tables, kind)(self.conn, self.schema, columns, compact=True)
 
     def runtime_named(self, name_ids) -> pd.DataFrame:

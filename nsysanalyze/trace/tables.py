@@ -109,9 +109,12 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     count (corrupted values) is re-read as row tuples by :func:`fetch_int_frame`, which raises
     InputError on non-integers. Columns named in ``small`` are int32 while their values fit (int64 from
     the first value that does not). Columns named in ``steady`` (globalPid, deviceId, streamId: one value
-    in a one-GPU, one-stream trace) are asked as min() and max() first; a chunk where they are equal sends no text
-    for them, and the first chunk where they are not turns that off. ``keep`` (columns of one chunk by name ->
-    mask of the rows to keep) filters each chunk as it arrives, so only the kept rows are ever held together.
+    in a one-GPU, one-stream trace) are compared with the first row's values in SQL (one aggregate for all of
+    them, cheaper than their text); a chunk where every row has those values sends no text for them, and a
+    column that differs in a chunk is sent as text from that chunk on. A steady column that holds one value in
+    every row comes back as a read-only broadcast view of that value (no memory: 4 or 8 bytes a row saved).
+    ``keep`` (columns of one chunk by name -> mask of the rows to keep) filters each chunk as it arrives, so
+    only the kept rows are ever held together.
     """
     names = list(exprs)
     select = ", ".join(exprs.values())
@@ -135,40 +138,49 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     else:
         scopes = [f"rowid >= {a} AND rowid < {min(a + chunk_rows, hi + 1)} AND " for a in range(lo, hi + 1, chunk_rows)]
         capacity = hi - lo + 1
-    # one buffer per column, so each can be freed alone
-    out = [np.empty(capacity, dtype=np.int32 if name in small else np.int64) for name in names]
+    ranging = [n for n in names if n in steady]  # steady columns whose chunks so far held the first row's value
+    first = conn.execute(f'SELECT {", ".join(exprs[x] for x in ranging)} FROM "{table}" WHERE {where}'
+                         f'{"" if lo is None else " ORDER BY rowid"} LIMIT 1').fetchone() if ranging else None
+    if first is None or any(type(v) is not int for v in first):  # no row, or not integers: nothing is steady
+        ranging = []
+    first_value = dict(zip(ranging, first or ()))
+    # one buffer per column, so each can be freed alone; a steady column gets one at its first chunk with
+    # another value than the chunks before (until then only that value is kept: one_value)
+    out = [None if name in ranging else np.empty(capacity, dtype=np.int32 if name in small else np.int64)
+           for name in names]
+    one_value: dict[int, int] = {}
     lock = threading.Lock()
     pending: dict[int, list[np.ndarray]] = {}
     filled = [0, 0]  # next chunk to copy, rows copied
-    ranging = [n for n in names if n in steady]  # steady columns still asked as min/max
+
+    def narrow(i: int, value: int) -> type:
+        return np.int32 if names[i] in small and INT32_MIN <= value <= INT32_MAX else np.int64
 
     def read(c: sqlite3.Connection, j: int) -> None:
         nonlocal ranging
         scope = f'FROM "{table}" WHERE {scopes[j]}({where})'
         rng = list(ranging)
         asked = [x for x in names if x not in rng]
-        parts = [f"CAST(group_concat({exprs[x]}) AS BLOB)" for x in asked] + [f"min({exprs[x]}), max({exprs[x]})" for x in rng]
+        parts = [f"CAST(group_concat({exprs[x]}) AS BLOB)" for x in asked]
+        if rng:  # one aggregate for all of them: does any row differ from the first row?
+            parts.append(f"max({' OR '.join(f'{exprs[x]} != {first_value[x]}' for x in rng)})")
         n, *values = c.execute(f"SELECT count(*), {', '.join(parts)} {scope}").fetchone()
         got = {x: _parse_ints(t, n) for x, t in zip(asked, values)}
-        varying = []
-        for i, x in enumerate(rng):
-            lo_v, hi_v = values[len(asked) + 2 * i], values[len(asked) + 2 * i + 1]
-            if n == 0 or (type(lo_v) is int and lo_v == hi_v):
-                got[x] = np.full(n, lo_v if n else 0, dtype=np.int64)
-            else:
-                varying.append(x)
-        if varying:  # this chunk varies: fetch those columns, and ask later chunks for them as text
+        if rng and values[-1]:  # it does: fetch them as text, and ask later chunks for those that vary as text
+            texts = c.execute(f"SELECT {', '.join(f'CAST(group_concat({exprs[x]}) AS BLOB)' for x in rng)} {scope}").fetchone()
+            varying = {x: v for x, t in zip(rng, texts) if (v := _parse_ints(t, n)) is None or (v != first_value[x]).any()}
+            got.update(varying)
             ranging = [x for x in ranging if x not in varying]
-            texts = c.execute(f"SELECT {', '.join(f'CAST(group_concat({exprs[x]}) AS BLOB)' for x in varying)} {scope}").fetchone()
-            got.update({x: _parse_ints(t, n) for x, t in zip(varying, texts)})
+        for x in rng:
+            got.setdefault(x, np.broadcast_to(np.int64(first_value[x]), (n,)))
         cols = [got[name] for name in names]
         if any(x is None for x in cols):
             rows = fetch_int_frame(c, f'SELECT {select} FROM "{table}" WHERE {scopes[j]}({where})', names,
                                    f'SELECT count(*) FROM "{table}" WHERE {scopes[j]}({where})', table)
             cols = [rows[name].to_numpy() for name in names]
         if keep is not None and n:
-            mask = keep(dict(zip(names, cols)))
-            cols = [col[mask] for col in cols]
+            rows = np.flatnonzero(keep(dict(zip(names, cols))))
+            cols = [np.broadcast_to(col[:1], rows.shape) if _one_value(col) else col[rows] for col in cols]
         with lock:  # copy finished chunks in order
             pending[j] = cols
             while filled[0] in pending:
@@ -176,8 +188,14 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
                 k = len(part[0]) if part else 0
                 if filled[1] + k > capacity:
                     raise InputError(f"{table}: more rows than its rowid range (the export is corrupted)")
-                for i, col in enumerate(part):
-                    if out[i].dtype == np.int32 and k and (col.min() < INT32_MIN or col.max() > INT32_MAX):
+                for i, col in enumerate(part if k else ()):
+                    if out[i] is None:
+                        if _one_value(col) and one_value.setdefault(i, int(col[0])) == int(col[0]):
+                            continue
+                        value = one_value.get(i, 0)  # the rows so far held this value: now written out
+                        out[i] = np.empty(capacity, dtype=narrow(i, value))
+                        out[i][:filled[1]] = value
+                    if out[i].dtype == np.int32 and (col.min() < INT32_MIN or col.max() > INT32_MAX):
                         wide = np.empty(capacity, dtype=np.int64)
                         wide[:filled[1]] = out[i][:filled[1]]
                         out[i] = wide
@@ -210,9 +228,17 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     finally:
         for c in readers:
             c.close()
-    frame = pd.DataFrame({name: out[i][:filled[1]] for i, name in enumerate(names)}, copy=False)
+    columns = {name: out[i][:filled[1]] if out[i] is not None else
+               np.broadcast_to(np.array(one_value.get(i, 0), dtype=narrow(i, one_value.get(i, 0))), (filled[1],))
+               for i, name in enumerate(names)}
+    frame = pd.DataFrame(columns, copy=False)
     check_summable(frame, table)
     return frame
+
+
+def _one_value(column: np.ndarray) -> bool:
+    """Whether ``column`` is a broadcast view of one value (what fetch_columns makes of a steady column)."""
+    return column.size > 0 and column.strides == (0,)
 
 
 # Bound on |timestamps|, on the sum of |durations| and on the sum of |bytes| of one table: the metrics
