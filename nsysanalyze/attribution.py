@@ -550,11 +550,13 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
     rows, pid = (np.array([d[i] for d in devices], np.int64) for i in (0, 1))
     pids = np.unique(pid)
     device_shift = np.arange(len(devices), dtype=np.int64) * stride - lo
-    to_process = np.searchsorted(pids, pid) * stride - lo - device_shift  # device lane -> its process's lane
-    calls = _lane_calls(host, pids, lo, stride)
+    # process j's lane: its times - lo + j x stride; a lone process keeps its own times (its calls need no copy)
+    process_shift = np.zeros(1, np.int64) if pids.size == 1 else np.arange(pids.size, dtype=np.int64) * stride - lo
+    to_process = process_shift[np.searchsorted(pids, pid)] - device_shift  # device lane -> its process's lane
+    calls = _lane_calls(host, pids, process_shift)
     ends = syncs["end"].to_numpy(np.int64)
     mine = np.isin(syncs["globalPid"].to_numpy(np.int64), pids)
-    ends = np.sort(ends[mine] + np.searchsorted(pids, syncs["globalPid"].to_numpy(np.int64)[mine]) * stride - lo)
+    ends = np.sort(ends[mine] + process_shift[np.searchsorted(pids, syncs["globalPid"].to_numpy(np.int64)[mine])])
     win = _lane_steps(steps, [(d[1], d[2]) for d in devices], device_shift)
     step_points = unique_sorted(np.concatenate([win["window_start"], win["first_launch"]]))
     edges = np.sort(np.concatenate([win["cpu_start"], win["window_end"]]))  # where a step's tests on a time change
@@ -624,17 +626,18 @@ def _lane_steps(steps: pd.DataFrame, keys: list[tuple[int, int]], device_shift: 
     return {c: v[order] for c, v in out.items()}
 
 
-def _lane_calls(host: pd.DataFrame, pids: np.ndarray, lo: int, stride: int) -> dict[str, np.ndarray]:
-    """The host intervals of the processes ``pids`` on their lanes (process j's times - lo + j x stride), sorted by
-    start: start, end, reach (the furthest end so far), level, cause (codes into the categories)."""
+def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray) -> dict[str, np.ndarray]:
+    """The host intervals of the processes ``pids`` on their lanes (process j's times + process_shift[j]), sorted
+    by start: start, end, reach (the furthest end so far), level, cause (codes into the categories)."""
     pid = host["globalPid"].to_numpy(np.int64) if len(host) else np.empty(0, np.int64)
     start, end = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
     level, cause = host["level"].to_numpy(), host["cause"].cat.codes.to_numpy() if len(host) else np.empty(0, np.int8)
-    if pids.size == 1 and pid.size and bool((pid == pids[0]).all()):  # one process: no row selection, one shift
-        start, end = start - lo, end - lo
+    if pids.size == 1 and pid.size and bool((pid == pids[0]).all()):  # one process: no row selection
+        if process_shift[0]:
+            start, end = start + process_shift[0], end + process_shift[0]
     else:
         rows = np.flatnonzero(np.isin(pid, pids))
-        shift = np.searchsorted(pids, pid[rows]) * stride - lo
+        shift = process_shift[np.searchsorted(pids, pid[rows])]
         start, end, level, cause = start[rows] + shift, end[rows] + shift, level[rows], cause[rows]
     if not is_sorted(start):  # a process's calls by start (its lane's order)
         order = np.argsort(start, kind="stable")
