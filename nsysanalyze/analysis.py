@@ -27,7 +27,7 @@ from . import ledger as L
 from . import metrics as M
 from . import steps as S
 from .errors import InputError
-from .intervals import group_codes
+from .intervals import group_codes, median_per_group
 from .memory import map_large_blocks, release_freed_memory
 from .rules import Diagnosis, Evidence, Finding, diagnose_devices, order
 from .trace import Trace
@@ -452,13 +452,13 @@ class Analysis:
         code, (pids, devs) = group_codes(closed["globalPid"].to_numpy(np.int64), closed["deviceId"].to_numpy(np.int64))
         w = closed["window_ns"].to_numpy(np.float64)
         count = np.bincount(code, minlength=pids.size)
-        median = A._median_padded_with_zeros(code, w, count)
+        median = median_per_group(code, w, count)
         stall = (count[code] >= 2) & (w > S.STALL_FACTOR * median[code])
         if not stall.any():
             return {}
         stall_code = code[stall]
         n_stalls = np.bincount(stall_code, minlength=pids.size)
-        stall_median = A._median_padded_with_zeros(stall_code, w[stall], n_stalls)
+        stall_median = median_per_group(stall_code, w[stall], n_stalls)
         mean = np.bincount(code, weights=w, minlength=pids.size) / np.maximum(count, 1)
         rows = self._ledger_rows
         rows = rows[(rows["window"] == "step").to_numpy() & (rows["kind"] == "idle").to_numpy()]

@@ -55,7 +55,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import BLOCK, Coverage, group_indices, is_sorted, isin_blocks, lanes_per_batch, row_blocks, union, unique_sorted
+from .intervals import (BLOCK, Coverage, group_indices, is_sorted, isin_blocks, lanes_per_batch, median_per_group,
+                        row_blocks, union, unique_sorted)
 from .steps import group_name, rows_by_process
 from .trace.tables import PROCESS_MASK, pid_of
 
@@ -914,19 +915,4 @@ def _step_medians(rows: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
     keys = sums.drop_duplicates(CAUSE)[CAUSE].reset_index(drop=True)
     steps_of = chosen.groupby(DEVICE).size()
     n = steps_of.reindex(pd.MultiIndex.from_frame(keys[DEVICE])).to_numpy(np.int64)
-    return keys.assign(**{v: _median_padded_with_zeros(group, sums[v].to_numpy(), n) for v in values})
-
-
-def _median_padded_with_zeros(group: np.ndarray, values: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Per group 0..G-1: the median of its ``values`` (>= 0) padded with zeros to n[g] values (n[g] at least
-    its count): the zeros sort first, so the k-th smallest is 0 below the padding, else the group's own."""
-    order = np.lexsort((values, group))
-    ordered = values[order]
-    count = np.bincount(group, minlength=n.size)
-    first = np.concatenate(([0], np.cumsum(count)[:-1]))
-    zeros = n - count
-
-    def smallest(k: np.ndarray) -> np.ndarray:
-        j = k - zeros
-        return np.where(j >= 0, ordered[first + np.maximum(j, 0)], 0)
-    return (smallest((n - 1) // 2) + smallest(n // 2)) / 2
+    return keys.assign(**{v: median_per_group(group, sums[v].to_numpy(), n) for v in values})

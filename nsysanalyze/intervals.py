@@ -297,3 +297,18 @@ def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray | None]]:
     order = stable_group_order(code, len(groups))
     bounds = np.concatenate(([0], np.cumsum(np.bincount(code))))
     return [(key, order[bounds[i]:bounds[i + 1]]) for i, key in enumerate(groups)]
+
+
+def median_per_group(group: np.ndarray, values: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per group 0..G-1: the median of its ``values`` (>= 0) padded with zeros to n[g] values (n[g] at least
+    its count): the zeros sort first, so the k-th smallest is 0 below the padding, else the group's own."""
+    order = np.lexsort((values, group))
+    ordered = values[order]
+    count = np.bincount(group, minlength=n.size)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    zeros = n - count
+
+    def smallest(k: np.ndarray) -> np.ndarray:
+        j = k - zeros
+        return np.where(j >= 0, ordered[first + np.maximum(j, 0)], 0)
+    return (smallest((n - 1) // 2) + smallest(n // 2)) / 2

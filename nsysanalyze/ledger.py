@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .attribution import _median_padded_with_zeros
+from .intervals import median_per_group
 from .metrics import BUSY_CLASSES
 
 DEVICE = ["globalPid", "deviceId"]
@@ -89,7 +89,7 @@ def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]
         group = mine.groupby(keys, sort=False, observed=True).ngroup().to_numpy()
         firsts = mine.drop_duplicates(keys)[keys].reset_index(drop=True)
         n = chosen.groupby(DEVICE).size().reindex(pd.MultiIndex.from_frame(firsts[DEVICE])).to_numpy(np.int64)
-        parts.append(firsts.assign(ns=_median_padded_with_zeros(group, mine["ns"].to_numpy(np.float64), n)))
+        parts.append(firsts.assign(ns=median_per_group(group, mine["ns"].to_numpy(np.float64), n)))
     every = pd.concat(parts, ignore_index=True)
     every = every[every["ns"] > 0].sort_values([*DEVICE, "ns"], ascending=[True, True, False], kind="stable")
     every = every.reset_index(drop=True)
