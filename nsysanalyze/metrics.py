@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
-                        intersection_within, is_sorted, lanes_per_batch, row_blocks, sum_in_windows, union_of)
+                        intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
+                        union_of)
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -234,7 +235,7 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
     overlap comes from :func:`intersection_within` and inclusion-exclusion, e.g. busy = |K| + |C| - |K ∩ C|.
     """
     ks, ke = k["start"], k["end"]
-    is_nccl = _is_in(k["nameId"], nccl_name_ids)
+    is_nccl = isin_blocks(k["nameId"], nccl_name_ids)
     ms, me, kind = m["start"], m["end"], m["copyKind"]
     htod, dtoh, dtod, ptop = (kind == COPY_HTOD), (kind == COPY_DTOH), (kind == COPY_DTOD), (kind == COPY_PTOP)
     unified = np.isin(kind, COPY_UNIFIED)
@@ -335,14 +336,6 @@ def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, ncc
         "busy_nccl_ns": kernel_ns - compute_ns,
         **busy_of,
     }
-
-
-def _is_in(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """np.isin(values, ids), a block of values at a time (its int64 temporaries stay a block's size)."""
-    out = np.empty(values.size, dtype=bool)
-    for rows in row_blocks(values.size):
-        out[rows] = np.isin(values[rows], ids)
-    return out
 
 
 def _busy_partition(kern: Coverage, ms: np.ndarray, me: np.ndarray, classes: dict[str, np.ndarray],
