@@ -97,3 +97,15 @@ def tiny_path(tmp_path) -> Path:
     t.runtime(650, 655, 1, TQ)
     t.kernel(0, 500, 1, Q)
     return t.close()
+
+
+READERS = ["pages", "sql", "rows"]
+
+
+def use_reader(monkeypatch, reader: str) -> None:
+    """Make trace/tables.py read with one reader: "pages" (the page decoder, one leaf page per chunk), "sql"
+    (group_concat chunks, the page decoder off) or "rows" (plain row tuples)."""
+    from nsysanalyze.trace import tables
+    monkeypatch.setattr(tables, "PAGES", reader == "pages")
+    monkeypatch.setattr(tables, "COLUMNAR", reader != "rows")
+    monkeypatch.setattr(tables, "CHUNK_PAGES_BYTES", 1)  # one page per chunk, whatever the page size

@@ -8,16 +8,17 @@ import pytest
 import nsysanalyze
 from nsysanalyze import attribution as A
 from nsysanalyze.trace import Trace, tables
-from conftest import fixture_trace
+from conftest import READERS, fixture_trace, use_reader
 from tiny import TinyTrace, gtid
 
 
-@pytest.mark.parametrize("columnar", [True, False])
-def test_osrt_calls_by_thread_and_kept_chunk_by_chunk(tmp_path, monkeypatch, columnar):
-    """Unit test on a tiny trace built here (real nsys schema): ``threads`` selects in SQL, ``keep`` sees each
-    chunk's columns and only its rows come back, in rowid order; with 2-row chunks the 7 calls span 4 chunks."""
+@pytest.mark.parametrize("reader", READERS)
+def test_osrt_calls_by_thread_and_kept_chunk_by_chunk(tmp_path, monkeypatch, reader):
+    """Unit test on a tiny trace built here (real nsys schema): ``threads`` selects in SQL (the page reader: as it
+    decodes), ``keep`` sees each chunk's columns and only its rows come back, in rowid order; with 2-row SQL
+    chunks the 7 calls span 4 chunks (the page reader: one page, one chunk)."""
+    use_reader(monkeypatch, reader)
     monkeypatch.setattr(tables, "CHUNK_ROWS", 2)
-    monkeypatch.setattr(tables, "COLUMNAR", columnar)
     t = TinyTrace(tmp_path / "osrt.sqlite")
     t.process(100)
     main, helper, other = gtid(100, 1), gtid(100, 2), gtid(100, 3)
@@ -39,7 +40,7 @@ def test_osrt_calls_by_thread_and_kept_chunk_by_chunk(tmp_path, monkeypatch, col
     assert got["start"].tolist() == [10, 50, 80, 100] and got["end"].tolist() == [20, 60, 99, 130]
     assert got["globalTid"].tolist() == [main, main, helper, main]
     assert got["name"].tolist() == ["poll", "munmap", "futex", "read"]
-    assert sum(seen) == 6 and (len(seen) > 1 if columnar else seen == [6])  # the other thread's call never read
+    assert sum(seen) == 6 and (len(seen) > 1 if reader == "sql" else seen == [6])  # the other thread's call never read
     assert none.empty and list(none.columns) == ["start", "end", "globalTid", "name"]
     assert munmap["start"].tolist() == [30, 50]
 

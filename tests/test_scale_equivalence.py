@@ -131,6 +131,9 @@ def test_tiny_chunks_and_one_reader_change_nothing(repeated, monkeypatch):
     expected = fast(repeated)
     with monkeypatch.context() as m:
         m.setattr(tables, "CHUNK_ROWS", 7)
+        m.setattr(tables, "CHUNK_PAGES_BYTES", 1)  # one leaf page per chunk
+        assert fast(repeated) == expected
+        m.setattr(tables, "PAGES", False)
         assert fast(repeated) == expected
         m.setattr(tables, "WORKERS", 1)
         assert fast(repeated) == expected

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sqlite3
 import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from . import pages
 from .open import readonly_connection
 from .schema import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, Schema
 
@@ -37,6 +40,9 @@ INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 SMALL_COLUMNS = frozenset({"deviceId", "streamId", "nameId", "demangledId", "copyKind", "srcKind", "dstKind", "correlationId"})
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 COLUMNAR = True
+# The page reader (trace/pages.py) first, where it applies; its leaf pages per chunk, in bytes of pages.
+PAGES = True
+CHUNK_PAGES_BYTES = pages.CHUNK_BYTES
 # numpy warns (and will raise) when text does not parse to its end; a short parse is detected by its length.
 warnings.filterwarnings("ignore", message="string or file could not be read to its end",
                         category=DeprecationWarning, module=__name__)
@@ -95,15 +101,38 @@ def _reader(conn: sqlite3.Connection) -> sqlite3.Connection | None:
     return readonly_connection(os.fsdecode(row[0]))
 
 
-def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str = "1",
+@dataclass(frozen=True)
+class Where:
+    """A row filter both readers evaluate: every ``not_null`` column is not NULL and every ``within`` column's
+    value is among its ids (an empty id list selects no row); ``sql`` is the same filter as an SQL condition."""
+
+    not_null: tuple[str, ...] = ()
+    within: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def sql(self) -> str:
+        parts = [f'"{c}" IS NOT NULL' for c in self.not_null] + [f'"{c}" IN ({_id_list(ids)})' for c, ids in self.within]
+        return " AND ".join(parts) or "1"
+
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys([*self.not_null, *(c for c, _ in self.within)]))
+
+
+TIMED = Where(not_null=("end", "start"))  # rows with both times: every event table's loaders ask this
+
+
+def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str | Where = "1",
                   chunk_rows: int | None = None, workers: int | None = None, small=(), steady=(),
                   keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None) -> pd.DataFrame:
     """Integer columns (SQL expressions that are never NULL) of the rows of ``table`` matching ``where``, in rowid order.
 
-    Column-wise transfer: each chunk of rowids is one ``SELECT count(*), group_concat(expr), ...``
-    whose comma-separated text numpy parses in C, about 3x faster than Python row tuples. Chunks
-    are read on up to ``workers`` read-only connections in threads (SQLite releases the GIL while
-    it scans; the text comes back as a BLOB so no UTF-8 decoding holds the GIL) and copied in
+    Two readers give the same values. With a :class:`Where` filter and expressions that are columns, COALESCE of a
+    column with an integer, or integers, the table's pages are decoded straight from the file (trace/pages.py,
+    ~3x cheaper than SQLite's own decode and text transfer); whatever that decoder does not handle (and any
+    other filter) goes to the SQL reader. SQL: each chunk of rowids is one ``SELECT count(*), group_concat(expr),
+    ...`` whose comma-separated text numpy parses in C, about 3x faster than Python row tuples. Either
+    reader's chunks are read on up to ``workers`` threads (SQLite releases the GIL while it scans, numpy
+    while it decodes; the text comes back as a BLOB so no UTF-8 decoding holds the GIL) and copied in
     rowid order into int64 columns sized by the rowid range (pages past the last row are never
     touched, so they cost no memory). A chunk whose text does not parse back to exactly its row
     count (corrupted values) is re-read as row tuples by :func:`fetch_int_frame`, which raises
@@ -117,49 +146,154 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     only the kept rows are ever held together.
     """
     names = list(exprs)
-    select = ", ".join(exprs.values())
+    sql_where = where.sql if isinstance(where, Where) else where
     if not COLUMNAR:
-        frame = fetch_int_frame(conn, f'SELECT {select} FROM "{table}" WHERE {where}', names,
-                                f'SELECT count(*) FROM "{table}" WHERE {where}', table)
+        frame = fetch_int_frame(conn, f'SELECT {", ".join(exprs.values())} FROM "{table}" WHERE {sql_where}', names,
+                                f'SELECT count(*) FROM "{table}" WHERE {sql_where}', table)
         if keep is not None:
             frame = frame[keep({name: frame[name].to_numpy() for name in names})].reset_index(drop=True)
         check_summable(frame, table)
         return frame
-    chunk_rows = chunk_rows or CHUNK_ROWS
     workers = workers or WORKERS
     try:  # two queries: SQLite answers a lone min() or max() of rowid from the b-tree's ends
         lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
         hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
     except sqlite3.OperationalError:  # a table without rowid
         lo = hi = None
-    if lo is None or (hi - lo + 1) * len(names) > 1 << 36:  # no rowid, or ids too sparse to size by
-        scopes = [""]
-        capacity = conn.execute(f'SELECT count(*) FROM "{table}" WHERE {where}').fetchone()[0]
-    else:
-        scopes = [f"rowid >= {a} AND rowid < {min(a + chunk_rows, hi + 1)} AND " for a in range(lo, hi + 1, chunk_rows)]
-        capacity = hi - lo + 1
-    ranging = [n for n in names if n in steady]  # steady columns whose chunks so far held the first row's value
-    first = conn.execute(f'SELECT {", ".join(exprs[x] for x in ranging)} FROM "{table}" WHERE {where}'
-                         f'{"" if lo is None else " ORDER BY rowid"} LIMIT 1').fetchone() if ranging else None
-    if first is None or any(type(v) is not int for v in first):  # no row, or not integers: nothing is steady
-        ranging = []
-    first_value = dict(zip(ranging, first or ()))
-    # one buffer per column, so each can be freed alone; a steady column gets one at its first chunk with
-    # another value than the chunks before (until then only that value is kept: one_value)
-    out = [None if name in ranging else np.empty(capacity, dtype=np.int32 if name in small else np.int64)
-           for name in names]
-    one_value: dict[int, int] = {}
-    lock = threading.Lock()
-    pending: dict[int, list[np.ndarray]] = {}
-    filled = [0, 0]  # next chunk to copy, rows copied
+    sized = lo is not None and (hi - lo + 1) * len(names) <= 1 << 36  # else no rowid, or ids too sparse to size by
+    capacity = hi - lo + 1 if sized else conn.execute(f'SELECT count(*) FROM "{table}" WHERE {sql_where}').fetchone()[0]
+    plan = _page_plan(conn, table, exprs, where) if PAGES and sized and isinstance(where, Where) else None
+    if plan is not None:
+        try:
+            columns = _PageChunks(plan, names, exprs, where, steady).read(capacity, small, keep, workers, table)
+        except pages.Unsupported:
+            columns = None
+        finally:
+            plan.table.close()
+        if columns is not None:
+            return _checked_frame(columns, table)
+    chunk_rows = chunk_rows or CHUNK_ROWS
+    scopes = ([f"rowid >= {a} AND rowid < {min(a + chunk_rows, hi + 1)} AND " for a in range(lo, hi + 1, chunk_rows)]
+              if sized else [""])
+    sql = _SqlChunks(conn, table, exprs, sql_where, scopes, steady, lo is not None)
+    return _checked_frame(sql.read(capacity, small, keep, workers), table)
 
-    def narrow(i: int, value: int) -> type:
-        return np.int32 if names[i] in small and INT32_MIN <= value <= INT32_MAX else np.int64
 
-    def read(c: sqlite3.Connection, j: int) -> None:
-        nonlocal ranging
-        scope = f'FROM "{table}" WHERE {scopes[j]}({where})'
-        rng = list(ranging)
+def _checked_frame(columns: dict[str, np.ndarray], table: str) -> pd.DataFrame:
+    frame = pd.DataFrame(columns, copy=False)
+    check_summable(frame, table)
+    return frame
+
+
+class _InOrder:
+    """Chunks of columns copied in chunk order (from any reader thread) into one buffer per column, sized by
+    ``capacity`` rows: int32 for ``small`` columns while their values fit; a column that ``steady`` leaves
+    unwritten while every chunk so far was a broadcast view of one value (only that value is kept)."""
+
+    def __init__(self, names: list[str], capacity: int, small, unwritten):
+        self.names, self.capacity, self.small = names, capacity, small
+        self.out = [None if name in unwritten else np.empty(capacity, dtype=np.int32 if name in small else np.int64)
+                    for name in names]
+        self.one_value: dict[int, int] = {}
+        self.lock = threading.Lock()
+        self.pending: dict[int, list[np.ndarray]] = {}
+        self.next_chunk, self.rows = 0, 0
+
+    def narrow(self, i: int, value: int) -> type:
+        return np.int32 if self.names[i] in self.small and INT32_MIN <= value <= INT32_MAX else np.int64
+
+    def add(self, j: int, cols: list[np.ndarray], table: str) -> None:
+        with self.lock:
+            self.pending[j] = cols
+            while self.next_chunk in self.pending:
+                self._copy(self.pending.pop(self.next_chunk), table)
+                self.next_chunk += 1
+
+    def _copy(self, part: list[np.ndarray], table: str) -> None:
+        out, filled = self.out, self.rows
+        k = len(part[0]) if part else 0
+        if filled + k > self.capacity:
+            raise InputError(f"{table}: more rows than its rowid range (the export is corrupted)")
+        for i, col in enumerate(part if k else ()):
+            if out[i] is None:
+                if _one_value(col) and self.one_value.setdefault(i, int(col[0])) == int(col[0]):
+                    continue
+                value = self.one_value.get(i, 0)  # the rows so far held this value: now written out
+                out[i] = np.empty(self.capacity, dtype=self.narrow(i, value))
+                out[i][:filled] = value
+            if out[i].dtype == np.int32 and (col.min() < INT32_MIN or col.max() > INT32_MAX):
+                wide = np.empty(self.capacity, dtype=np.int64)
+                wide[:filled] = out[i][:filled]
+                out[i] = wide
+            out[i][filled:filled + k] = col
+        self.rows += k
+
+    def columns(self) -> dict[str, np.ndarray]:
+        n = self.rows
+        return {name: self.out[i][:n] if self.out[i] is not None else
+                np.broadcast_to(np.array(self.one_value.get(i, 0), dtype=self.narrow(i, self.one_value.get(i, 0))), (n,))
+                for i, name in enumerate(self.names)}
+
+
+def _kept(cols: list[np.ndarray], names: list[str], keep) -> list[np.ndarray]:
+    """The rows of one chunk's columns that ``keep`` selects (broadcast views stay views)."""
+    if keep is None or not len(cols[0]):
+        return cols
+    rows = np.flatnonzero(keep(dict(zip(names, cols))))
+    return [np.broadcast_to(col[:1], rows.shape) if _one_value(col) else col[rows] for col in cols]
+
+
+def _in_threads(chunks: int, connections: list, read_chunk: Callable) -> None:
+    """``read_chunk(connection, j)`` for every chunk j, on one thread per connection, each taking the next chunk
+    in order until none is left: no reader runs ahead of the in-order copying, so at most a chunk per reader
+    waits to be copied."""
+    if len(connections) == 1:
+        for j in range(chunks):
+            read_chunk(connections[0], j)
+        return
+    order, taking = iter(range(chunks)), threading.Lock()
+
+    def run(i: int) -> None:
+        while True:
+            with taking:
+                j = next(order, None)
+            if j is None:
+                return
+            read_chunk(connections[i], j)
+
+    with ThreadPoolExecutor(len(connections)) as pool:
+        list(pool.map(run, range(len(connections))))
+
+
+class _SqlChunks:
+    """The SQL reader of :func:`fetch_columns`: one ``group_concat`` query per rowid chunk (``scopes``)."""
+
+    def __init__(self, conn, table: str, exprs: dict[str, str], where: str, scopes: list[str], steady, by_rowid: bool):
+        self.conn, self.table, self.exprs, self.where, self.scopes = conn, table, exprs, where, scopes
+        self.names = list(exprs)
+        ranging = [n for n in self.names if n in steady]  # steady columns whose chunks so far held the first row's value
+        first = conn.execute(f'SELECT {", ".join(exprs[x] for x in ranging)} FROM "{table}" WHERE {where}'
+                             f'{" ORDER BY rowid" if by_rowid else ""} LIMIT 1').fetchone() if ranging else None
+        if first is None or any(type(v) is not int for v in first):  # no row, or not integers: nothing is steady
+            ranging = []
+        self.ranging, self.first_value = ranging, dict(zip(ranging, first or ()))
+
+    def read(self, capacity: int, small, keep, workers: int) -> dict[str, np.ndarray]:
+        self.sink = _InOrder(self.names, capacity, small, set(self.ranging))
+        self.keep = keep
+        # readers of their own (``conn`` may serve another fetch in another thread at the same time)
+        readers = [r for r in (_reader(self.conn) for _ in range(min(workers, len(self.scopes)) if workers > 1 else 0)) if r]
+        try:
+            _in_threads(len(self.scopes), readers or [self.conn], self.chunk)
+        finally:
+            for c in readers:
+                c.close()
+        return self.sink.columns()
+
+    def chunk(self, c: sqlite3.Connection, j: int) -> None:
+        exprs, names, first_value = self.exprs, self.names, self.first_value
+        scope = f'FROM "{self.table}" WHERE {self.scopes[j]}({self.where})'
+        rng = list(self.ranging)
         asked = [x for x in names if x not in rng]
         parts = [f"CAST(group_concat({exprs[x]}) AS BLOB)" for x in asked]
         if rng:  # one aggregate for all of them: does any row differ from the first row?
@@ -170,70 +304,111 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
             texts = c.execute(f"SELECT {', '.join(f'CAST(group_concat({exprs[x]}) AS BLOB)' for x in rng)} {scope}").fetchone()
             varying = {x: v for x, t in zip(rng, texts) if (v := _parse_ints(t, n)) is None or (v != first_value[x]).any()}
             got.update(varying)
-            ranging = [x for x in ranging if x not in varying]
+            self.ranging = [x for x in self.ranging if x not in varying]
         for x in rng:
             got.setdefault(x, np.broadcast_to(np.int64(first_value[x]), (n,)))
         cols = [got[name] for name in names]
         if any(x is None for x in cols):
-            rows = fetch_int_frame(c, f'SELECT {select} FROM "{table}" WHERE {scopes[j]}({where})', names,
-                                   f'SELECT count(*) FROM "{table}" WHERE {scopes[j]}({where})', table)
+            rows = fetch_int_frame(c, f'SELECT {", ".join(exprs.values())} {scope}', names,
+                                   f"SELECT count(*) {scope}", self.table)
             cols = [rows[name].to_numpy() for name in names]
-        if keep is not None and n:
-            rows = np.flatnonzero(keep(dict(zip(names, cols))))
-            cols = [np.broadcast_to(col[:1], rows.shape) if _one_value(col) else col[rows] for col in cols]
-        with lock:  # copy finished chunks in order
-            pending[j] = cols
-            while filled[0] in pending:
-                part = pending.pop(filled[0])
-                k = len(part[0]) if part else 0
-                if filled[1] + k > capacity:
-                    raise InputError(f"{table}: more rows than its rowid range (the export is corrupted)")
-                for i, col in enumerate(part if k else ()):
-                    if out[i] is None:
-                        if _one_value(col) and one_value.setdefault(i, int(col[0])) == int(col[0]):
-                            continue
-                        value = one_value.get(i, 0)  # the rows so far held this value: now written out
-                        out[i] = np.empty(capacity, dtype=narrow(i, value))
-                        out[i][:filled[1]] = value
-                    if out[i].dtype == np.int32 and (col.min() < INT32_MIN or col.max() > INT32_MAX):
-                        wide = np.empty(capacity, dtype=np.int64)
-                        wide[:filled[1]] = out[i][:filled[1]]
-                        out[i] = wide
-                    out[i][filled[1]:filled[1] + k] = col
-                filled[0] += 1
-                filled[1] += k
+        self.sink.add(j, _kept(cols, names, self.keep), self.table)
 
-    # readers of their own (``conn`` may serve another fetch in another thread at the same time)
-    readers = [r for r in (_reader(conn) for _ in range(min(workers, len(scopes)) if workers > 1 else 0)) if r]
-    conns = readers or [conn]
+
+_COLUMN = re.compile(r'^"?([A-Za-z_][A-Za-z0-9_]*)"?$')
+_COALESCE = re.compile(r'^COALESCE\("([A-Za-z_][A-Za-z0-9_]*)", (-?[0-9]+)\)$')
+_INTEGER = re.compile(r"^-?[0-9]+$")
+
+
+@dataclass
+class _PagePlan:
+    """What the page reader decodes: the table's leaf pages, and per expression its record field (None: a
+    constant) and the integer that replaces a NULL (None: a NULL is not allowed)."""
+
+    table: pages.TablePages
+    field: dict[str, int | None]
+    default: dict[str, int | None]
+
+
+def _page_plan(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: Where) -> _PagePlan | None:
+    """A plan for decoding ``exprs`` and ``where`` from the file's pages, or None when they are not all plain
+    columns (see :func:`fetch_columns`), the table has generated or rowid-alias columns among them, or the
+    database is not a file."""
+    row = conn.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    if not row or not row[0] or not root or not root[0]:
+        return None
     try:
-        if len(conns) == 1:
-            for j in range(len(scopes)):
-                read(conns[0], j)
-        else:
-            chunks, taking = iter(range(len(scopes))), threading.Lock()
+        info = conn.execute(f'PRAGMA table_xinfo("{table}")').fetchall()  # cid, name, type, notnull, default, pk, hidden
+    except sqlite3.DatabaseError:
+        return None
+    if any(r[6] for r in info):  # generated or hidden columns: not stored as the declared columns are
+        return None
+    position = {r[1]: i for i, r in enumerate(info)}
+    alias = [r[1] for r in info if r[5]]
+    alias = alias[0] if len(alias) == 1 and str(info[position[alias[0]]][2]).upper() == "INTEGER" else None
+    field, default = {}, {}
+    for name, expr in [*exprs.items(), *((f"where:{c}", c) for c in where.columns())]:
+        if _INTEGER.match(expr):
+            field[name], default[name] = None, int(expr)
+            continue
+        m = _COLUMN.match(expr) or _COALESCE.match(expr)
+        if not m or m.group(1) not in position or m.group(1) == alias:
+            return None
+        field[name] = position[m.group(1)]
+        default[name] = int(m.group(2)) if m.lastindex == 2 else None
+    if all(f is None for f in field.values()):  # constants only: no record to count the rows by
+        return None
+    try:
+        return _PagePlan(pages.TablePages(os.fsdecode(row[0]), root[0]), field, default)
+    except (pages.Unsupported, OSError):
+        return None
 
-            def run(i: int) -> None:
-                """Read the next chunk in rowid order until none is left: no reader runs ahead of the in-order
-                copying, so at most a chunk per reader waits in ``pending``."""
-                while True:
-                    with taking:
-                        j = next(chunks, None)
-                    if j is None:
-                        return
-                    read(conns[i], j)
 
-            with ThreadPoolExecutor(len(conns)) as pool:
-                list(pool.map(run, range(len(conns))))
-    finally:
-        for c in readers:
-            c.close()
-    columns = {name: out[i][:filled[1]] if out[i] is not None else
-               np.broadcast_to(np.array(one_value.get(i, 0), dtype=narrow(i, one_value.get(i, 0))), (filled[1],))
-               for i, name in enumerate(names)}
-    frame = pd.DataFrame(columns, copy=False)
-    check_summable(frame, table)
-    return frame
+class _PageChunks:
+    """The page reader of :func:`fetch_columns`: one block of leaf pages per chunk, decoded by trace/pages.py."""
+
+    def __init__(self, plan: _PagePlan, names: list[str], exprs: dict[str, str], where: Where, steady):
+        self.plan, self.names, self.where, self.steady = plan, names, where, set(steady)
+        self.fields = sorted({f for f in plan.field.values() if f is not None})
+        self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES)
+        self.within = [(plan.field[f"where:{c}"], np.asarray(ids, dtype=np.int64)) for c, ids in where.within]
+
+    def read(self, capacity: int, small, keep, workers: int, table: str) -> dict[str, np.ndarray]:
+        self.sink = _InOrder(self.names, capacity, small, self.steady)
+        self.keep, self.table = keep, table
+        _in_threads(len(self.blocks), [None] * max(1, min(workers, len(self.blocks))), self.chunk)
+        return self.sink.columns()
+
+    def chunk(self, _connection, j: int) -> None:
+        plan, fields = self.plan, self.fields
+        values, nulls = plan.table.decode(self.blocks[j], fields) if fields else ([], [])
+        by_field = {f: (v, z) for f, v, z in zip(fields, values, nulls)}
+        n = len(values[0]) if values else 0
+        rows = np.ones(n, dtype=bool)
+        for c in self.where.not_null:
+            rows &= ~by_field[plan.field[f"where:{c}"]][1]
+        for f, ids in self.within:
+            value, null = by_field[f]
+            rows &= np.isin(value, ids) & ~null
+        picked = None if rows.all() else np.flatnonzero(rows)
+        cols = []
+        for name in self.names:
+            f, d = plan.field[name], plan.default[name]
+            if f is None:
+                cols.append(np.broadcast_to(np.int64(d), (n if picked is None else picked.size,)))
+                continue
+            value, null = by_field[f]
+            if picked is not None:
+                value, null = value[picked], null[picked]
+            if null.any():
+                if d is None:  # a NULL the SQL reader reports as a non-integer value
+                    raise pages.Unsupported("NULL in a column that must not hold one")
+                value = np.where(null, d, value)
+            if name in self.steady and value.size and value.min() == value.max():
+                value = np.broadcast_to(value[:1], value.shape)
+            cols.append(value)
+        self.sink.add(j, _kept(cols, self.names, self.keep), self.table)
 
 
 def _one_value(column: np.ndarray) -> bool:
@@ -306,7 +481,7 @@ def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[
     names = columns or list(sql_of)
     if not schema.has(table, "start", "end"):
         return _empty(names)
-    return fetch_columns(conn, table, {c: sql_of[c] for c in names}, '"end" IS NOT NULL AND start IS NOT NULL',
+    return fetch_columns(conn, table, {c: sql_of[c] for c in names}, TIMED,
                          small=SMALL_COLUMNS if compact else (), steady=("globalPid", "deviceId", "streamId"))
 
 
@@ -336,11 +511,14 @@ def memsets(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None 
 
 
 RUNTIME_COLUMNS = (("start", "0"), ("end", "0"), ("globalTid", "0"), ("correlationId", "0"), ("nameId", "-1"))
-RUNTIME_WHERE = '"end" IS NOT NULL AND start IS NOT NULL'
+
+
+def _ids(ids) -> tuple[int, ...]:
+    return tuple(sorted({int(i) for i in ids}))
 
 
 def _id_list(ids) -> str:
-    return ",".join(str(int(i)) for i in sorted({int(i) for i in ids})) or "NULL"
+    return ",".join(str(i) for i in _ids(ids)) or "NULL"
 
 
 def runtime_calls(conn: sqlite3.Connection, schema: Schema, name_ids=None, compact: bool = False) -> pd.DataFrame:
@@ -352,7 +530,7 @@ def runtime_calls(conn: sqlite3.Connection, schema: Schema, name_ids=None, compa
     columns = [c for c, _ in RUNTIME_COLUMNS]
     if not schema.has(RUNTIME, *columns):
         return _empty(columns)
-    where = RUNTIME_WHERE if name_ids is None else f"{RUNTIME_WHERE} AND nameId IN ({_id_list(name_ids)})"
+    where = TIMED if name_ids is None else Where(TIMED.not_null, (("nameId", _ids(name_ids)),))
     return fetch_columns(conn, RUNTIME, {c: schema.col_or(RUNTIME, c, d) for c, d in RUNTIME_COLUMNS}, where,
                          small=SMALL_COLUMNS if compact else ())
 
@@ -368,7 +546,7 @@ def runtime_calls_by_correlation(conn: sqlite3.Connection, schema: Schema, corre
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS nsysanalyze_corr(id INTEGER PRIMARY KEY)")
     try:
         conn.executemany("INSERT INTO temp.nsysanalyze_corr VALUES (?)", ((int(c),) for c in corr))
-        where = (f"{RUNTIME_WHERE} AND {schema.col_or(RUNTIME, 'correlationId', '0')} IN "
+        where = (f"{TIMED.sql} AND {schema.col_or(RUNTIME, 'correlationId', '0')} IN "
                  f"(SELECT id FROM temp.nsysanalyze_corr) AND nameId NOT IN ({_id_list(exclude_name_ids)})")
         return fetch_columns(conn, RUNTIME, {c: schema.col_or(RUNTIME, c, d) for c, d in RUNTIME_COLUMNS},
                              where, workers=1)
@@ -498,17 +676,18 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
     empty = pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
     if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
         return empty
-    where = '"end" IS NOT NULL AND start IS NOT NULL AND globalTid IS NOT NULL AND nameId IS NOT NULL'
+    within = []
     if names is not None:
         ids = [r[0] for r in conn.execute(f"SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
                                           names)]
         if not ids:  # no such name in the export: no call can have it
             return empty
-        where += f" AND nameId IN ({_id_list(ids)})"
+        within.append(("nameId", _ids(ids)))
     if threads is not None:
         if not len(threads):
             return empty
-        where += f" AND globalTid IN ({_id_list(threads)})"
+        within.append(("globalTid", _ids(threads)))
+    where = Where(("end", "start", "globalTid", "nameId"), tuple(within))
     df = fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
                        where, small=("nameId",), steady=("globalTid",), keep=keep)
     name_id = df.pop("nameId").to_numpy()
@@ -601,7 +780,7 @@ def kernel_names(conn: sqlite3.Connection, schema: Schema, base: bool = False) -
         return _empty(columns)
     exprs = {"globalPid": schema.col_or(KERNEL, "globalPid", "0"), "deviceId": schema.col_or(KERNEL, "deviceId", "0"),
              "nameId": schema.col_or(KERNEL, name, "-1"), "start": "start", "end": '"end"'}
-    return fetch_columns(conn, KERNEL, exprs, '"end" IS NOT NULL AND start IS NOT NULL', steady=("globalPid", "deviceId"))
+    return fetch_columns(conn, KERNEL, exprs, TIMED, steady=("globalPid", "deviceId"))
 
 
 def gpu_activities_between(conn: sqlite3.Connection, schema: Schema, global_pid: int, device_id: int,

@@ -1,0 +1,216 @@
+"""The page reader (trace/pages.py) gives exactly what the SQL reader gives, on every real export here, and
+hands whatever it does not decode to the SQL reader."""
+import shutil
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SHARED_TRACES, per_file_fixtures, shared_trace, use_reader
+from tiny import TinyTrace, gtid
+from nsysanalyze.errors import InputError
+from nsysanalyze.trace import Trace, pages, tables
+
+PAGED = [tables.KERNEL, tables.MEMCPY, tables.MEMSET, tables.RUNTIME, tables.OSRT]
+
+
+def every_loader(path) -> dict[str, pd.DataFrame]:
+    """Each loader that can take the page reader, as the analysis calls it."""
+    with Trace(path) as t:
+        out = {kind: t.gpu_table(kind) for kind in ("kernels", "memcpys", "memsets")}
+        out |= {f"{kind} (compact)": getattr(tables, kind)(t.conn, t.schema, None, compact=True)
+                for kind in ("kernels", "memcpys", "memsets")}
+        out["runtime"] = t.runtime
+        ids = sorted(t.api_names())
+        out["runtime by name"] = t.runtime_named(ids[::2])
+        out["osrt"], out["munmap"] = t.osrt(None), t.osrt(("munmap",))
+        out["osrt of two threads"] = t.osrt(None, threads=out["osrt"]["globalTid"].drop_duplicates()[:2].tolist())
+        out["kernel names"] = t.kernel_names()
+    return out
+
+
+def decoded_tables(path, monkeypatch) -> dict[str, int]:
+    """Per table of PAGED in the export: how many leaf-page blocks the page reader decoded (no fallback)."""
+    blocks: dict[str, int] = {}
+    decode = pages.TablePages.decode
+
+    def counting(self, numbers, fields):
+        result = decode(self, numbers, fields)  # an Unsupported propagates: the count stays 0
+        blocks[self.table] = blocks.get(self.table, 0) + 1
+        return result
+
+    monkeypatch.setattr(pages.TablePages, "decode", counting)
+    plan = tables._page_plan
+
+    def naming(conn, table, exprs, where):
+        made = plan(conn, table, exprs, where)
+        if made is not None:
+            made.table.table = table
+        return made
+
+    monkeypatch.setattr(tables, "_page_plan", naming)
+    every_loader(path)
+    return blocks
+
+
+def real_exports() -> list:
+    return per_file_fixtures() + sorted(SHARED_TRACES.glob("*/*.sqlite")) or [pytest.param(None, marks=pytest.mark.skip)]
+
+
+@pytest.mark.parametrize("path", real_exports(), ids=lambda p: getattr(p, "name", "none"))
+def test_every_loader_equals_the_sql_reader_on_real_exports(path, monkeypatch):
+    """Every real export (this project's fixtures, the shared traces of other projects and nsys versions): each
+    loader's frame is equal, dtype for dtype, with and without the page reader; and the page reader decoded
+    every such table the export has rows in (no silent fallback to SQL)."""
+    with monkeypatch.context() as m:
+        m.setattr(tables, "PAGES", False)
+        expected = every_loader(path)
+    got = every_loader(path)
+    for name, frame in expected.items():
+        pd.testing.assert_frame_equal(got[name], frame, obj=name)
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        present = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        with_rows = {t for t in PAGED if t in present and conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone()}
+    assert set(decoded_tables(path, monkeypatch)) == with_rows
+
+
+def test_one_page_chunks_across_a_multi_level_b_tree(tmp_path, monkeypatch):
+    """A real export's kernels with a device, a stream and a process that change part-way (as a multi-GPU capture
+    holds them), read one leaf page per chunk: equal to SQL, the steady columns written out where they change."""
+    path = tmp_path / "devices.sqlite"
+    shutil.copyfile(shared_trace("h200/resnet18-baseline-nvtx.sqlite"), path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 3 WHERE rowid BETWEEN 500 AND 599")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = rowid % 2 + 9 WHERE rowid >= 1000")
+        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + {1 << 40} WHERE rowid = 1100")
+    use_reader(monkeypatch, "pages")
+    got = every_loader(path)
+    monkeypatch.setattr(tables, "PAGES", False)
+    for name, frame in every_loader(path).items():
+        pd.testing.assert_frame_equal(got[name], frame, obj=name)
+    assert sorted(set(got["kernels"]["deviceId"])) == [0, 3] and got["kernels"]["streamId"].nunique() == 3
+
+
+def tiny_table(tmp_path, rows: list[tuple], page_size: int = 4096, extra: str = "") -> sqlite3.Connection:
+    """Unit-test input built here (not a trace): a table t(start, "end", value{extra}) with these rows, in a file
+    of this page size; returned as the read-only connection the trace layer uses."""
+    path = tmp_path / f"t{page_size}.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA page_size = {page_size}")
+        conn.execute(f'CREATE TABLE t (start INTEGER, "end" INTEGER, value INTEGER{extra})')
+        conn.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    conn.close()
+    return tables.readonly_connection(path)
+
+
+EXTREMES = [0, 1, -1, 127, -128, 128, 32767, -32768, 1 << 16, -(1 << 20), (1 << 23) - 1, -(1 << 23), 1 << 23,
+            -(1 << 23) - 1, (1 << 31) - 1, -(1 << 31), 1 << 40, -(1 << 47), (1 << 47) - 1, 1 << 48, (1 << 63) - 1, -(1 << 63)]
+
+
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+def test_integers_of_every_width_and_b_trees_of_several_levels(tmp_path, page_size):
+    """Unit test on a file built here: values of every serial type (0 and 1 stored in no bytes, 1-8 byte
+    integers, negatives) in 30,000 rows, over one- to three-level b-trees (512-byte pages: three levels),
+    equal to what SQL gives; a NULL start (filtered out) and a NULL value (COALESCE default) too."""
+    n = 30_000
+    values = [EXTREMES[i % len(EXTREMES)] for i in range(n)]
+    rows = [(i, i + 5, v) for i, v in enumerate(values)]
+    rows[7] = (None, 12, 3)
+    rows[11] = (11, 16, None)
+    conn = tiny_table(tmp_path, rows, page_size)
+    exprs = {"start": "start", "end": '"end"', "value": 'COALESCE("value", -7)'}
+    got = tables.fetch_columns(conn, "t", exprs, tables.TIMED)
+    expected = [(s, e, -7 if v is None else v) for s, e, v in rows if s is not None]
+    assert got.to_numpy().tolist() == [list(r) for r in expected]
+    levels = pages.TablePages(tmp_path / f"t{page_size}.sqlite", conn.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0])
+    assert levels.leaves.size > (100 if page_size == 512 else 1)
+    levels.close()
+
+
+def test_a_filter_by_ids_and_constant_expressions(tmp_path):
+    """Unit test on a file built here: ``within`` keeps the rows whose value is among the ids (a NULL never is),
+    an empty id list keeps none, and a constant expression is that integer in every row."""
+    conn = tiny_table(tmp_path, [(1, 2, 5), (3, 4, None), (5, 6, 9), (7, 8, 5)])
+    exprs = {"start": "start", "value": 'COALESCE("value", 0)', "zero": "0", "minus": "-1"}
+    got = tables.fetch_columns(conn, "t", exprs, tables.Where(("start",), (("value", (5, 0)),)))
+    assert got.to_numpy().tolist() == [[1, 5, 0, -1], [7, 5, 0, -1]]
+    assert tables.fetch_columns(conn, "t", exprs, tables.Where((), (("value", ()),))).empty
+
+
+@pytest.mark.parametrize("change", ["UPDATE t SET value = 2.5 WHERE start = 3", "UPDATE t SET value = 'x' WHERE start = 3",
+                                    "UPDATE t SET value = NULL WHERE start = 3"])
+def test_what_the_page_reader_leaves_to_sql_comes_out_as_sql_gives_it(tmp_path, monkeypatch, change):
+    """Unit test on a file built here: a float, a text or a NULL where an integer must be makes the page reader
+    stand aside, and the outcome is the SQL reader's: the same error for a text or a NULL (InputError: the
+    export is corrupted), the same values for a float (SQL's text of 2.5 parses as 2: its behaviour, kept)."""
+    conn = tiny_table(tmp_path, [(1, 2, 5), (3, 4, 6)])
+    with sqlite3.connect(tmp_path / "t4096.sqlite") as writer:
+        writer.execute(change)
+
+    def outcome():
+        try:
+            return tables.fetch_columns(conn, "t", {"start": "start", "value": "value"}, tables.TIMED).to_numpy().tolist()
+        except InputError as e:
+            return str(e)
+
+    with monkeypatch.context() as m:
+        m.setattr(tables, "PAGES", False)
+        expected = outcome()
+    assert outcome() == expected
+    assert expected == ([[1, 5], [3, 2]] if "2.5" in change else
+                        "t: non-integer values where nsys writes integers (start, value): the export is corrupted")
+
+
+@pytest.mark.parametrize("case, reason", [("overflow", "overflow"), ("added column", "fewer fields"),
+                                          ("long text before", "multi-byte serial type")])
+def test_overflow_pages_added_columns_and_long_headers_go_to_sql(tmp_path, monkeypatch, case, reason):
+    """Unit test on a file built here: a row whose text spills to overflow pages, rows written before a column
+    was added (fewer fields than the table has), a text long enough for a two-byte serial type before the asked
+    column: each makes the page reader stand aside (for that reason), and the values are SQL's."""
+    long = {"overflow": 20_000, "long text before": 70}.get(case, 1)
+    rows = [(i, i + 1, i * 3, "x" * (long if i == 5 else 1)) for i in range(50)]
+    if case == "added column":
+        conn = tiny_table(tmp_path, rows, extra=", note TEXT")
+        with sqlite3.connect(tmp_path / "t4096.sqlite") as writer:
+            writer.execute("ALTER TABLE t ADD COLUMN later INTEGER")
+            writer.execute("INSERT INTO t VALUES (100, 101, 300, 'y', 8)")
+    else:
+        conn = tiny_table(tmp_path, [(*r, -r[0]) for r in rows] + [(100, 101, 300, "y", 8)],
+                          extra=", note TEXT, later INTEGER")
+    reasons = []
+    decode = pages.TablePages.decode
+
+    def recording(self, numbers, fields):
+        try:
+            return decode(self, numbers, fields)
+        except pages.Unsupported as e:
+            reasons.append(str(e))
+            raise
+
+    monkeypatch.setattr(pages.TablePages, "decode", recording)
+    exprs = {"start": "start", "value": "value", "later": 'COALESCE("later", -1)'}
+    if case == "overflow":
+        exprs.pop("later")
+    got = tables.fetch_columns(conn, "t", exprs, tables.TIMED)
+    expected = conn.execute(f"SELECT {', '.join(exprs.values())} FROM t ORDER BY rowid").fetchall()
+    assert got.to_numpy().tolist() == [list(r) for r in expected] and len(expected) == 51
+    assert reasons and reason in reasons[-1]
+    if case == "added column":
+        assert got["later"].tolist() == [-1] * 50 + [8]
+
+
+def test_a_trace_read_by_pages_is_never_written(tmp_path):
+    """The page reader opens the export read-only and only reads it: bytes and mtime unchanged, no side file."""
+    t = TinyTrace(tmp_path / "k.sqlite")
+    t.process(1)
+    for i in range(2000):
+        t.kernel(10 * i, 10 * i + 5, i, 1)
+        t.runtime(10 * i - 3, 10 * i - 1, i, gtid(1, 1))
+    path = t.close()
+    before, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    with Trace(path) as trace:
+        assert len(trace.gpu_table("kernels")) == 2000 and len(trace.runtime) == 2000
+    assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.sqlite"]
