@@ -3,7 +3,6 @@ hands whatever it does not decode to the SQL reader."""
 import shutil
 import sqlite3
 
-import numpy as np
 import pandas as pd
 import pytest
 
