@@ -5,6 +5,8 @@ import sqlite3
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import SHARED_TRACES, per_file_fixtures, shared_trace, use_reader
 from tiny import TinyTrace, gtid
@@ -213,3 +215,35 @@ def test_a_trace_read_by_pages_is_never_written(tmp_path):
         assert len(trace.gpu_table("kernels")) == 2000 and len(trace.runtime) == 2000
     assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.sqlite"]
+
+
+@pytest.fixture(scope="module")
+def kernel_leaves():
+    """The real ResNet-18 export's bytes and the byte offsets of its kernel table's leaf and interior pages."""
+    src = shared_trace("h200/resnet18-baseline-nvtx.sqlite")
+    with Trace(src) as t:
+        plan = tables._page_plan(t.conn, tables.KERNEL, {"start": "start"}, tables.TIMED)
+    table = plan.table
+    table.close()
+    return src.read_bytes(), table.page_size, [int(p) - 1 for p in table.leaves]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.floats(0, 1, exclude_max=True), st.binary(min_size=1, max_size=16)),
+                min_size=1, max_size=4))
+def test_corrupted_table_pages_give_values_or_input_errors(kernel_leaves, tmp_path, hits):
+    """Property-based: bytes of the real export's kernel leaf pages overwritten (headers, cell pointers, records):
+    the page reader decodes, or stands aside for the SQL reader, which reads or reports the corruption; never
+    another exception."""
+    data, page_size, leaves = kernel_leaves
+    data = bytearray(data)
+    for which, where, payload in hits:
+        at = leaves[which % len(leaves)] * page_size + int(where * (page_size - len(payload)))
+        data[at:at + len(payload)] = payload
+    path = tmp_path / "corrupt.sqlite"
+    path.write_bytes(bytes(data))
+    try:
+        with Trace(path) as t:
+            t.gpu_table("kernels")
+    except (InputError, sqlite3.DatabaseError):
+        pass

@@ -108,22 +108,23 @@ class TablePages:
             base = np.arange(level.size, dtype=np.int64) * self.page_size
             if (buf[base] != INTERIOR).any():
                 raise Unsupported("unbalanced b-tree")
-            cells, cell_page = _cell_offsets(buf, base, INTERIOR_HEADER, self.page_size)
+            cells, cell_page = _cell_offsets(buf, base, INTERIOR_HEADER, self.usable)
             children = _be(buf, cells, 4)
             right = _be(buf, base + 8, 4)
             # each page's children in cell order, then its right-most child
             order = np.argsort(np.concatenate((cell_page * 2, np.arange(level.size) * 2 + 1)), kind="stable")
             level = np.concatenate((children, right))[order]
 
-    def decode(self, pages: np.ndarray, fields: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def decode(self, pages: np.ndarray, fields: list[int]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
         """Per asked field (record field index, i.e. the column's position in the table), the int64 values
-        of every row of these leaf pages, and a bool mask of the rows where it is NULL (0 in the values)."""
+        of every row of these leaf pages (a read-only broadcast view where every row holds one value that is stored
+        in no bytes: 0, 1 or NULL), and a bool mask of the rows where it is NULL (0 in the values; None: none is)."""
         self._check_pages(pages)
         buf = self._read(pages)
         base = np.arange(pages.size, dtype=np.int64) * self.page_size
         if (buf[base] != LEAF).any():
             raise Unsupported("not a leaf page")
-        cells, cell_page = _cell_offsets(buf, base, LEAF_HEADER, self.page_size)
+        cells, cell_page = _cell_offsets(buf, base, LEAF_HEADER, self.usable)
         words = np.ndarray(shape=(buf.size - 7,), dtype=">u8", buffer=buf, strides=(1,))
         payload_len = _varint_len(words, cells)
         payload = _varint_value(buf, cells, payload_len)
@@ -134,28 +135,32 @@ class TablePages:
             raise Unsupported("overflow pages or a cell past its page")
         header = buf[record].astype(np.int64)
         need = max(fields) + 1
-        if (header >= 0x80).any() or (header - 1 < need).any():
+        if (header >= 0x80).any() or (header - 1 < need).any() or (header > payload).any():
             raise Unsupported("long record header, or fewer fields than asked")
         offset = record + header  # first field's value
         # serial types 0, 8 and 9 store no bytes: their rows read a word of the padding, 8 zero bytes at ``zero``
-        # and the big-endian integer 1 at ``one`` (a field inside the pages reads at most 7 bytes past them)
+        # and the big-endian integer 1 at ``one`` (8 bytes read at a field inside a cell end before both)
         zero, one = buf.size - PADDING, buf.size - 16
         buf[-9] = 1
-        got: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        got: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         for j in range(need):
+            if (offset > record_end).any():  # checked before each field's read: no position leaves its cell
+                raise Unsupported("a field past its record")
             kind = buf[record + 1 + j]
             low, high = int(kind.min()) if kind.size else 0, int(kind.max()) if kind.size else 0
             if high >= 0x80:
                 raise Unsupported("multi-byte serial type")
-            if j in fields and not INTEGER_TYPE[kind].all():
-                raise Unsupported("not an integer")
             if low == high:  # one serial type in every row (the usual case): scalar size and shift
                 size = int(SERIAL_SIZE[low])
                 if j in fields:
+                    if not INTEGER_TYPE[low]:
+                        raise Unsupported("not an integer")
                     value = (words[offset].astype(np.int64) >> VALUE_SHIFT[low] if size else
-                             np.full(offset.shape, int(low == 9), dtype=np.int64))
-                    got[j] = value, np.full(offset.shape, low == 0)
+                             np.broadcast_to(np.int64(low == 9), offset.shape))
+                    got[j] = value, (np.broadcast_to(np.True_, offset.shape) if low == 0 else None)
             else:
+                if j in fields and not INTEGER_TYPE[kind].all():
+                    raise Unsupported("not an integer")
                 size = SERIAL_SIZE[kind]
                 if j in fields:
                     at = np.where(size > 0, offset, np.where(kind == 9, one, zero))
@@ -174,32 +179,30 @@ def _be(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return value
 
 
-def _cell_offsets(buf: np.ndarray, base: np.ndarray, header: int, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _cell_offsets(buf: np.ndarray, base: np.ndarray, header: int, usable: int) -> tuple[np.ndarray, np.ndarray]:
     """Offsets (into ``buf``) of every cell of the pages at ``base``, in page then cell order, and each
-    cell's page (index into ``base``)."""
+    cell's page (index into ``base``); ``usable``: the page's bytes before its reserved tail."""
     count = _be(buf, base + 3, 2)
-    if (header + 2 * count > page_size).any():
+    if (header + 2 * count > usable).any():
         raise Unsupported("cell count past its page")
     page = np.repeat(np.arange(base.size), count)
     index = np.arange(page.size) - np.repeat(np.cumsum(count) - count, count)
     pointer = _be(buf, base[page] + header + 2 * index, 2)
-    if page.size and ((pointer < header) | (pointer > page_size - 4)).any():
+    if page.size and ((pointer < header) | (pointer > usable - 4)).any():
         raise Unsupported("cell pointer past its page")
     return base[page] + pointer, page
 
 
 def _varint_len(words: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Lengths in bytes (1-8; 9-byte varints raise Unsupported) of the varints at ``pos``: one plus the
-    number of leading bytes with the high bit set, from the 8-byte word there."""
-    high = (words[pos] >> np.uint64(7)) & np.uint64(0x0101010101010101)
-    length = np.ones(pos.shape, dtype=np.int64)
-    running = np.ones(pos.shape, dtype=bool)
-    for k in range(8):
-        running &= ((high >> np.uint64(56 - 8 * k)) & np.uint64(1)).astype(bool)
-        if not running.any():
-            return length
-        length += running
-    raise Unsupported("9-byte varint")
+    """Lengths in bytes (1-8; a 9-byte varint raises Unsupported) of the varints at ``pos``: the position of the
+    first byte without the high bit, found as the highest set bit of those bytes' markers in the 8-byte word
+    there (``log2`` of a sum of distinct powers of two below 2^57 floors exactly to the largest one's)."""
+    ends = ~(words[pos] >> np.uint64(7)) & np.uint64(0x0101010101010101)  # 1 in each byte lane that ends a varint
+    if pos.size and not ends.all():
+        raise Unsupported("9-byte varint")
+    with np.errstate(divide="ignore"):
+        top = np.floor(np.log2(ends.astype(np.float64))).astype(np.int64)  # 56 - 8k for the first end, byte k
+    return 8 - top // 8
 
 
 def _varint_value(buf: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndarray:

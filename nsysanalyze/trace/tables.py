@@ -387,10 +387,12 @@ class _PageChunks:
         n = len(values[0]) if values else 0
         rows = np.ones(n, dtype=bool)
         for c in self.where.not_null:
-            rows &= ~by_field[plan.field[f"where:{c}"]][1]
+            null = by_field[plan.field[f"where:{c}"]][1]
+            if null is not None:
+                rows &= ~null
         for f, ids in self.within:
             value, null = by_field[f]
-            rows &= np.isin(value, ids) & ~null
+            rows &= np.isin(value, ids) if null is None else np.isin(value, ids) & ~null
         picked = None if rows.all() else np.flatnonzero(rows)
         cols = []
         for name in self.names:
@@ -400,8 +402,8 @@ class _PageChunks:
                 continue
             value, null = by_field[f]
             if picked is not None:
-                value, null = value[picked], null[picked]
-            if null.any():
+                value, null = value[picked], None if null is None else null[picked]
+            if null is not None and null.any():
                 if d is None:  # a NULL the SQL reader reports as a non-integer value
                     raise pages.Unsupported("NULL in a column that must not hold one")
                 value = np.where(null, d, value)
