@@ -13,15 +13,16 @@ Anything this decoder does not handle raises :class:`Unsupported`, and the calle
 instead (which also reports corrupted values): a payload that spills to overflow pages, a float, text or
 blob in an asked column (or before it, with a serial type of more than one byte), a NULL where the caller
 wants none, a record with fewer fields than the asked column (a column added later), a page that is not a
-table b-tree page where one is expected, or any position outside its page. The file is read with ``pread``
-on a read-only descriptor, never mapped or written.
+table b-tree page where one is expected, or any position outside its page. The file is opened through
+``open.open_input`` (read-only, never blocking) and read with ``pread``; never mapped or written.
 """
 from __future__ import annotations
 
 import os
-import stat
 
 import numpy as np
+
+from .open import open_input
 
 HEADER_BYTES = 100
 LEAF, INTERIOR = 13, 5          # table b-tree page types
@@ -46,11 +47,10 @@ class TablePages:
     """The leaf pages of one table b-tree (rowid order) of the SQLite file at ``path``; ``root``: its root page."""
 
     def __init__(self, path: str | os.PathLike, root: int):
-        self.fd = os.open(path, os.O_RDONLY | os.O_NOCTTY)
+        self.file = open_input(path)  # the one gate of every input: a regular file, opened without blocking
+        self.fd = self.file.fileno()
         try:
             st = os.fstat(self.fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Unsupported("not a regular file")
             head = os.pread(self.fd, HEADER_BYTES, 0)
             if len(head) < HEADER_BYTES:
                 raise Unsupported("short header")
@@ -62,11 +62,11 @@ class TablePages:
             self.pages = st.st_size // self.page_size
             self.leaves = self._leaves(int(root))
         except BaseException:
-            os.close(self.fd)
+            self.file.close()
             raise
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.file.close()
 
     def blocks(self, chunk_bytes: int | None = None) -> list[np.ndarray]:
         """The leaf pages in blocks of about ``chunk_bytes`` (default CHUNK_BYTES), in rowid order."""
