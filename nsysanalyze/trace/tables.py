@@ -128,7 +128,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
 
     Two readers give the same values. With a :class:`Where` filter and expressions that are columns, COALESCE of a
     column with an integer, or integers, the table's pages are decoded straight from the file (trace/pages.py,
-    ~3x cheaper than SQLite's own decode and text transfer); whatever that decoder does not handle (and any
+    2-3x cheaper than SQLite's own decode and text transfer); whatever that decoder does not handle (and any
     other filter) goes to the SQL reader. SQL: each chunk of rowids is one ``SELECT count(*), group_concat(expr),
     ...`` whose comma-separated text numpy parses in C, about 3x faster than Python row tuples. Either
     reader's chunks are read on up to ``workers`` threads (SQLite releases the GIL while it scans, numpy
@@ -165,7 +165,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     plan = _page_plan(conn, table, exprs, where) if PAGES and sized and isinstance(where, Where) else None
     if plan is not None:
         try:
-            columns = _PageChunks(plan, names, exprs, where, steady).read(capacity, small, keep, workers, table)
+            columns = _PageChunks(plan, names, where, steady).read(capacity, small, keep, workers, table)
         except pages.Unsupported:
             columns = None
         finally:
@@ -368,7 +368,7 @@ def _page_plan(conn: sqlite3.Connection, table: str, exprs: dict[str, str], wher
 class _PageChunks:
     """The page reader of :func:`fetch_columns`: one block of leaf pages per chunk, decoded by trace/pages.py."""
 
-    def __init__(self, plan: _PagePlan, names: list[str], exprs: dict[str, str], where: Where, steady):
+    def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady):
         self.plan, self.names, self.where, self.steady = plan, names, where, set(steady)
         self.fields = sorted({f for f in plan.field.values() if f is not None})
         self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES)
