@@ -109,3 +109,17 @@ def use_reader(monkeypatch, reader: str) -> None:
     monkeypatch.setattr(tables, "PAGES", reader == "pages")
     monkeypatch.setattr(tables, "COLUMNAR", reader != "rows")
     monkeypatch.setattr(tables, "CHUNK_PAGES_BYTES", 1)  # one page per chunk, whatever the page size
+
+
+def kernels_with_changing_steady_columns(tmp_path) -> Path:
+    """A copy of the real ResNet-18 export whose kernels change device (rows 500-599), stream (from row 1000 on,
+    alternating) and process (row 1100, past int32) part-way, as a multi-GPU capture holds them."""
+    import sqlite3
+
+    path = tmp_path / "devices.sqlite"
+    shutil.copyfile(shared_trace("h200/resnet18-baseline-nvtx.sqlite"), path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 3 WHERE rowid BETWEEN 500 AND 599")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = rowid % 2 + 9 WHERE rowid >= 1000")
+        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + {1 << 40} WHERE rowid = 1100")
+    return path

@@ -1,6 +1,5 @@
 """The page reader (trace/pages.py) gives exactly what the SQL reader gives, on every real export here, and
 hands whatever it does not decode to the SQL reader."""
-import shutil
 import sqlite3
 
 import pandas as pd
@@ -8,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_TRACES, per_file_fixtures, shared_trace, use_reader
+from conftest import SHARED_TRACES, kernels_with_changing_steady_columns, per_file_fixtures, shared_trace, use_reader
 from tiny import TinyTrace, gtid
 from nsysanalyze.errors import InputError
 from nsysanalyze.trace import Trace, pages, tables
@@ -79,12 +78,7 @@ def test_every_loader_equals_the_sql_reader_on_real_exports(path, monkeypatch):
 def test_one_page_chunks_across_a_multi_level_b_tree(tmp_path, monkeypatch):
     """A real export's kernels with a device, a stream and a process that change part-way (as a multi-GPU capture
     holds them), read one leaf page per chunk: equal to SQL, the steady columns written out where they change."""
-    path = tmp_path / "devices.sqlite"
-    shutil.copyfile(shared_trace("h200/resnet18-baseline-nvtx.sqlite"), path)
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 3 WHERE rowid BETWEEN 500 AND 599")
-        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = rowid % 2 + 9 WHERE rowid >= 1000")
-        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + {1 << 40} WHERE rowid = 1100")
+    path = kernels_with_changing_steady_columns(tmp_path)
     use_reader(monkeypatch, "pages")
     got = every_loader(path)
     monkeypatch.setattr(tables, "PAGES", False)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import SHARED_TRACES, per_file_fixtures, shared_trace, use_reader
+from conftest import SHARED_TRACES, kernels_with_changing_steady_columns, per_file_fixtures, shared_trace, use_reader
 from tiny import TinyTrace, gpid
 from nsysanalyze.trace import Trace, tables
 from nsysanalyze.trace.tables import pid_of
@@ -115,12 +115,7 @@ def test_steady_column_that_changes_in_a_later_chunk(tmp_path, monkeypatch, read
     """One value for the first chunks, then others (a later chunk of one other value, a chunk that varies):
     the column is written out from that chunk on with the earlier rows' value; a value past int32 widens it.
     Both readers: SQL chunks of 100 rows, page chunks of one leaf page."""
-    path = tmp_path / "devices.sqlite"
-    shutil.copyfile(shared_trace("h200/resnet18-baseline-nvtx.sqlite"), path)
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 3 WHERE rowid BETWEEN 500 AND 599")
-        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = rowid % 2 + 9 WHERE rowid >= 1000")
-        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + {1 << 40} WHERE rowid = 1100")
+    path = kernels_with_changing_steady_columns(tmp_path)
     use_reader(monkeypatch, reader)
     monkeypatch.setattr(tables, "CHUNK_ROWS", 100)
     cols = ["start", "globalPid", "deviceId", "streamId"]
