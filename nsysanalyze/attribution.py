@@ -668,9 +668,12 @@ def _cause_timeline(calls: dict[str, np.ndarray], a: int, b: int, n_causes: int)
             lab = _active_label(starts[m], ends[m], codes[m], bounds)
             hit = lab >= 0
             level[hit], cause[hit] = lv, lab[hit]
-    labels, label = np.unique(level * (n_causes + 2) + cause + 1, return_inverse=True)
+    key = level * (n_causes + 2) + cause + 1  # small integers: distinct labels by a table, not a sort
+    present = np.zeros(len(LEVELS) * (n_causes + 2), dtype=bool)
+    present[key] = True
+    labels = np.flatnonzero(present)
     level_of, cause_of = np.divmod(labels, n_causes + 2)
-    return {"bounds": bounds, "label": label.reshape(-1), "level": level_of, "cause": cause_of - 1}
+    return {"bounds": bounds, "label": (np.cumsum(present) - 1)[key], "level": level_of, "cause": cause_of - 1}
 
 
 def _label_sums(x: np.ndarray, y: np.ndarray, bounds: np.ndarray, label: np.ndarray,
@@ -788,7 +791,11 @@ def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray
 
 def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
-    else the one reaching furthest among those started before — or -1."""
+    else the one reaching furthest among those started before — or -1.
+
+    That label changes only at the intervals' own starts and ends, so with fewer of those than times (a level
+    with few host intervals on a timeline made by many) it is found at them and each time takes the one of
+    the last edge at or before it."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     if is_sorted(starts):
@@ -796,6 +803,16 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
     else:
         order = np.argsort(starts, kind="stable")
         s, e, lab = starts[order], ends[order], labels[order]
+    if 2 * s.size < t.size:
+        edges = unique_sorted(np.concatenate([s, e]))
+        at_edge = _label_at(s, e, lab, edges)
+        i = np.searchsorted(edges, t, side="right") - 1
+        return np.where(i >= 0, at_edge[np.maximum(i, 0)], -1)
+    return _label_at(s, e, lab, t)
+
+
+def _label_at(s: np.ndarray, e: np.ndarray, lab: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """:func:`_active_label` of intervals sorted by start (``s``, ``e``, ``lab``), at each time t."""
     reach = np.maximum.accumulate(e)
     furthest = _running_argmax(e)
     k = np.searchsorted(s, t, side="right") - 1
