@@ -791,11 +791,7 @@ def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray
 
 def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
-    else the one reaching furthest among those started before — or -1.
-
-    That label changes only at the intervals' own starts and ends, so with fewer of those than times (a level
-    with few host intervals on a timeline made by many) it is found at them and each time takes the one of
-    the last edge at or before it."""
+    else the one reaching furthest among those started before — or -1."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     if is_sorted(starts):
@@ -803,16 +799,6 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
     else:
         order = np.argsort(starts, kind="stable")
         s, e, lab = starts[order], ends[order], labels[order]
-    if 2 * s.size < t.size:
-        edges = unique_sorted(np.concatenate([s, e]))
-        at_edge = _label_at(s, e, lab, edges)
-        i = np.searchsorted(edges, t, side="right") - 1
-        return np.where(i >= 0, at_edge[np.maximum(i, 0)], -1)
-    return _label_at(s, e, lab, t)
-
-
-def _label_at(s: np.ndarray, e: np.ndarray, lab: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """:func:`_active_label` of intervals sorted by start (``s``, ``e``, ``lab``), at each time t."""
     reach = np.maximum.accumulate(e)
     furthest = _running_argmax(e)
     k = np.searchsorted(s, t, side="right") - 1
