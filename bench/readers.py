@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""``diagnose`` wall/CPU time and peak RSS against the number of SQLite reader threads, and `nsys stats`
-beside it when an nsys is given, on one export in one run (for machines with more cores than this one).
+"""``diagnose`` wall/CPU time and peak RSS against the reader (the page reader, trace/pages.py, or SQL
+only) and the number of reader threads, and `nsys stats` beside it when an nsys is given, on one export in
+one run.
 
-    python bench/readers.py /work/bench_data/resnet18-10M.sqlite --workers 1,2,4,8 \
+    python bench/readers.py /work/bench_data/resnet18-10M.sqlite --readers pages,sql --workers 1,2,4,8 \
         --nsys /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys
 
 Each run is a child process timed by ``os.wait4`` (wall seconds, user + system CPU seconds, peak RSS),
 so no ``/usr/bin/time`` is needed. nsysanalyze runs from this checkout with
-``nsysanalyze.trace.tables.WORKERS`` set to each count (readers per table; two tables are read side by
-side). ``nsys stats -r cuda_gpu_kern_sum,cuda_gpu_mem_size_sum`` runs on a copy of the export (it writes
+``nsysanalyze.trace.tables.PAGES`` on ("pages") or off ("sql") and ``WORKERS`` set to each count (readers per
+table; two tables are read side by side). ``nsys stats -r cuda_gpu_kern_sum,cuda_gpu_mem_size_sum`` runs on a copy of the export (it writes
 next to its input). Prints a Markdown table; ``--json`` also writes the raw figures.
 """
 from __future__ import annotations
@@ -24,8 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN_WITH_WORKERS = ("import sys; from nsysanalyze.trace import tables; tables.WORKERS = int(sys.argv[1]); "
-                    "sys.argv = ['nsysanalyze'] + sys.argv[2:]; from nsysanalyze.cli import main; main()")
+RUN_WITH_READER = ("import sys; from nsysanalyze.trace import tables; tables.PAGES = sys.argv[1] == 'pages'; "
+                   "tables.WORKERS = int(sys.argv[2]); sys.argv = ['nsysanalyze'] + sys.argv[3:]; "
+                   "from nsysanalyze.cli import main; main()")
 
 
 def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
@@ -43,6 +45,7 @@ def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("export", type=Path)
+    ap.add_argument("--readers", default="pages", help="comma-separated readers: pages (the default reader), sql")
     ap.add_argument("--workers", default="1,2,4,8", help="comma-separated reader-thread counts")
     ap.add_argument("--nsys", type=Path, help="an nsys binary for `nsys stats` beside it")
     ap.add_argument("--runs", type=int, default=1, help="runs of each (the fastest is kept)")
@@ -59,10 +62,11 @@ def main() -> None:
         rows.append(r)
         print(f"| {r['tool']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['rss_mb']:.0f} | "
               f"{r['wall_s'] / rows[0]['wall_s']:.2f}x | {r['rc']}{' ' + r['note'] if r['rc'] else ''} |", flush=True)
-    for w in [int(x) for x in args.workers.split(",")]:
-        add(f"nsysanalyze, {w} reader thread{'s' * (w > 1)} per table",
-            [timed([sys.executable, "-c", RUN_WITH_WORKERS, str(w), "diagnose", "--format", "json", str(path)], ROOT, env)
-             for _ in range(args.runs)])
+    for reader in args.readers.split(","):
+        for w in [int(x) for x in args.workers.split(",")]:
+            add(f"nsysanalyze, {reader} reader, {w} thread{'s' * (w > 1)} per table",
+                [timed([sys.executable, "-c", RUN_WITH_READER, reader, str(w), "diagnose", "--format", "json", str(path)],
+                       ROOT, env) for _ in range(args.runs)])
     if args.nsys:
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / path.name
