@@ -35,8 +35,8 @@ def decoded_tables(path, monkeypatch) -> dict[str, int]:
     blocks: dict[str, int] = {}
     decode = pages.TablePages.decode
 
-    def counting(self, numbers, fields):
-        result = decode(self, numbers, fields)  # an Unsupported propagates: the count stays 0
+    def counting(self, numbers, fields, rowids=None):
+        result = decode(self, numbers, fields, rowids)  # an Unsupported propagates: the count stays 0
         blocks[self.table] = blocks.get(self.table, 0) + 1
         return result
 
@@ -177,9 +177,9 @@ def test_overflow_pages_added_columns_and_long_headers_go_to_sql(tmp_path, monke
     reasons = []
     decode = pages.TablePages.decode
 
-    def recording(self, numbers, fields):
+    def recording(self, numbers, fields, rowids=None):
         try:
-            return decode(self, numbers, fields)
+            return decode(self, numbers, fields, rowids)
         except pages.Unsupported as e:
             reasons.append(str(e))
             raise
@@ -241,3 +241,29 @@ def test_corrupted_table_pages_give_values_or_input_errors(kernel_leaves, tmp_pa
             t.gpu_table("kernels")
     except (InputError, sqlite3.DatabaseError):
         pass
+
+
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_rowid_ranges_read_only_their_pages(tmp_path, monkeypatch, page_size):
+    """Unit test on a file built here (30,000 rows, two- and three-level b-trees): a rowid range [lo, hi) gives
+    exactly those rows, as SQL gives them, at page and b-tree edges and outside the table; the page reader
+    decodes only the leaf pages that can hold them."""
+    rows = [(i, i + 5, (i * 7919) % 1000 - 500) for i in range(30_000)]
+    conn = tiny_table(tmp_path, rows, page_size)
+    exprs = {"start": "start", "value": "value"}
+    decoded = []
+    decode = pages.TablePages.decode
+    monkeypatch.setattr(pages.TablePages, "decode", lambda self, p, f, r=None: decoded.append(p.size) or decode(self, p, f, r))
+    leaves = tables._page_plan(conn, "t", exprs, tables.TIMED).table.leaves.size
+    for lo, hi in [(1, 2), (1, 30_001), (0, 10**12), (777, 778), (12_345, 23_456), (30_000, 30_001), (40_000, 50_000),
+                   (5, 5), (9, 3)]:
+        decoded.clear()
+        got = tables.fetch_columns(conn, "t", exprs, tables.TIMED, rowids=(lo, hi))
+        expected = [[s, v] for s, _, v in rows[max(lo - 1, 0):max(hi - 1, 0)]]
+        assert got.to_numpy().tolist() == expected, (lo, hi)
+        with monkeypatch.context() as m:
+            m.setattr(tables, "PAGES", False)
+            pd.testing.assert_frame_equal(tables.fetch_columns(conn, "t", exprs, tables.TIMED, rowids=(lo, hi)), got)
+        if hi - lo < 1000:
+            assert sum(decoded) <= 2, (lo, hi, decoded)  # one or two leaf pages, of hundreds
+    assert leaves > 50

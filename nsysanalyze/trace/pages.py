@@ -60,7 +60,7 @@ class TablePages:
             if self.page_size < 512 or self.page_size & (self.page_size - 1) or self.usable < 480:
                 raise Unsupported("page size")
             self.pages = st.st_size // self.page_size
-            self.leaves = self._leaves(int(root))
+            self.leaves, self.upper = self._leaves(int(root))
         except BaseException:
             self.file.close()
             raise
@@ -68,10 +68,16 @@ class TablePages:
     def close(self) -> None:
         self.file.close()
 
-    def blocks(self, chunk_bytes: int | None = None) -> list[np.ndarray]:
-        """The leaf pages in blocks of about ``chunk_bytes`` (default CHUNK_BYTES), in rowid order."""
+    def blocks(self, chunk_bytes: int | None = None, rowids: tuple[int, int] | None = None) -> list[np.ndarray]:
+        """The leaf pages in blocks of about ``chunk_bytes`` (default CHUNK_BYTES), in rowid order; ``rowids``
+        (lo, hi): only the pages that can hold a rowid in [lo, hi) (by their parents' keys)."""
+        leaves = self.leaves
+        if rowids is not None:  # leaf j holds rowids in (upper[j - 1], upper[j]]
+            first = int(np.searchsorted(self.upper, rowids[0], side="left"))
+            last = int(np.searchsorted(self.upper, rowids[1] - 1, side="left"))
+            leaves = leaves[first:last + 1] if rowids[1] > rowids[0] else leaves[:0]
         per = max(1, (chunk_bytes or CHUNK_BYTES) // self.page_size)
-        return [self.leaves[a:a + per] for a in range(0, self.leaves.size, per)]
+        return [leaves[a:a + per] for a in range(0, leaves.size, per)]
 
     def _read(self, numbers: np.ndarray) -> np.ndarray:
         """These pages' bytes, concatenated in the given order, then PADDING zero bytes; contiguous runs of
@@ -90,9 +96,11 @@ class TablePages:
         if numbers.size and (numbers.min() < 2 or numbers.max() > self.pages):  # page 1 is the schema's
             raise Unsupported("page number out of range")
 
-    def _leaves(self, root: int) -> np.ndarray:
-        """Leaf page numbers in b-tree (rowid) order: the interior levels walked a level at a time."""
+    def _leaves(self, root: int) -> tuple[np.ndarray, np.ndarray]:
+        """Leaf page numbers in b-tree (rowid) order, the interior levels walked a level at a time, and the
+        largest rowid each can hold (its parent's key for it; the last: the largest int64)."""
         level = np.array([root], dtype=np.int64)
+        upper = np.array([np.iinfo(np.int64).max], dtype=np.int64)
         seen = 0
         while True:
             self._check_pages(level)
@@ -101,7 +109,7 @@ class TablePages:
                 raise Unsupported("b-tree loops")
             head = self._read(level[:1])[0]
             if head == LEAF:
-                return level
+                return level, upper
             if head != INTERIOR:
                 raise Unsupported("not a table b-tree")
             buf = self._read(level)
@@ -110,15 +118,20 @@ class TablePages:
                 raise Unsupported("unbalanced b-tree")
             cells, cell_page = _cell_offsets(buf, base, INTERIOR_HEADER, self.usable)
             children = _be(buf, cells, 4)
+            words = np.ndarray(shape=(buf.size - 7,), dtype=">u8", buffer=buf, strides=(1,))
+            keys = _varint_value(buf, cells + 4, _varint_len(words, cells + 4))  # the largest rowid left of it
             right = _be(buf, base + 8, 4)
-            # each page's children in cell order, then its right-most child
+            # each page's children in cell order, then its right-most child (bounded by the page's own bound)
             order = np.argsort(np.concatenate((cell_page * 2, np.arange(level.size) * 2 + 1)), kind="stable")
             level = np.concatenate((children, right))[order]
+            upper = np.concatenate((keys, upper))[order]
 
-    def decode(self, pages: np.ndarray, fields: list[int]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+    def decode(self, pages: np.ndarray, fields: list[int], rowids: tuple[int, int] | None = None,
+               ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
         """Per asked field (record field index, i.e. the column's position in the table), the int64 values
         of every row of these leaf pages (a read-only broadcast view where every row holds one value that is stored
-        in no bytes: 0, 1 or NULL), and a bool mask of the rows where it is NULL (0 in the values; None: none is)."""
+        in no bytes: 0, 1 or NULL), and a bool mask of the rows where it is NULL (0 in the values; None: none is);
+        ``rowids`` (lo, hi): only the rows with lo <= rowid < hi."""
         self._check_pages(pages)
         buf = self._read(pages)
         base = np.arange(pages.size, dtype=np.int64) * self.page_size
@@ -129,7 +142,12 @@ class TablePages:
         payload_len = _varint_len(words, cells)
         payload = _varint_value(buf, cells, payload_len)
         record = cells + payload_len
-        record += _varint_len(words, record)  # past the rowid
+        rowid_len = _varint_len(words, record)
+        inside = None
+        if rowids is not None:
+            rowid = _varint_value(buf, record, rowid_len)
+            inside = np.flatnonzero((rowid >= rowids[0]) & (rowid < rowids[1]))
+        record += rowid_len
         record_end = record + payload
         if (payload > self.usable - 35).any() or (record_end > base[cell_page] + self.usable).any():
             raise Unsupported("overflow pages or a cell past its page")
@@ -168,6 +186,8 @@ class TablePages:
             offset += size
         if (offset > record_end).any():
             raise Unsupported("a field past its record")
+        if inside is not None:
+            got = {j: (v[inside], None if z is None else z[inside]) for j, (v, z) in got.items()}
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
 
 

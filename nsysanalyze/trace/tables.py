@@ -123,7 +123,8 @@ TIMED = Where(not_null=("end", "start"))  # rows with both times: every event ta
 
 def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str | Where = "1",
                   chunk_rows: int | None = None, workers: int | None = None, small=(), steady=(),
-                  keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None) -> pd.DataFrame:
+                  keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+                  rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """Integer columns (SQL expressions that are never NULL) of the rows of ``table`` matching ``where``, in rowid order.
 
     Two readers give the same values. With a :class:`Where` filter and expressions that are columns, COALESCE of a
@@ -143,10 +144,12 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     column that differs in a chunk is sent as text from that chunk on. A steady column that holds one value in
     every row comes back as a read-only broadcast view of that value (no memory: 4 or 8 bytes a row saved).
     ``keep`` (columns of one chunk by name -> mask of the rows to keep) filters each chunk as it arrives, so
-    only the kept rows are ever held together.
+    only the kept rows are ever held together. ``rowids`` (lo, hi) reads only the rows with lo <= rowid < hi.
     """
     names = list(exprs)
     sql_where = where.sql if isinstance(where, Where) else where
+    if rowids is not None:
+        sql_where = f"rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])} AND ({sql_where})"
     if not COLUMNAR:
         frame = fetch_int_frame(conn, f'SELECT {", ".join(exprs.values())} FROM "{table}" WHERE {sql_where}', names,
                                 f'SELECT count(*) FROM "{table}" WHERE {sql_where}', table)
@@ -160,12 +163,14 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
         hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
     except sqlite3.OperationalError:  # a table without rowid
         lo = hi = None
+    if rowids is not None and lo is not None:  # the chunks keep to the asked range
+        lo, hi = max(lo, int(rowids[0])), min(hi, int(rowids[1]) - 1)
     sized = lo is not None and (hi - lo + 1) * len(names) <= 1 << 36  # else no rowid, or ids too sparse to size by
-    capacity = hi - lo + 1 if sized else conn.execute(f'SELECT count(*) FROM "{table}" WHERE {sql_where}').fetchone()[0]
+    capacity = max(hi - lo + 1, 0) if sized else conn.execute(f'SELECT count(*) FROM "{table}" WHERE {sql_where}').fetchone()[0]
     plan = _page_plan(conn, table, exprs, where) if PAGES and sized and isinstance(where, Where) else None
     if plan is not None:
         try:
-            columns = _PageChunks(plan, names, where, steady).read(capacity, small, keep, workers, table)
+            columns = _PageChunks(plan, names, where, steady, rowids).read(capacity, small, keep, workers, table)
         except pages.Unsupported:
             columns = None
         finally:
@@ -368,10 +373,10 @@ def _page_plan(conn: sqlite3.Connection, table: str, exprs: dict[str, str], wher
 class _PageChunks:
     """The page reader of :func:`fetch_columns`: one block of leaf pages per chunk, decoded by trace/pages.py."""
 
-    def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady):
-        self.plan, self.names, self.where, self.steady = plan, names, where, set(steady)
+    def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady, rowids: tuple[int, int] | None):
+        self.plan, self.names, self.where, self.steady, self.rowids = plan, names, where, set(steady), rowids
         self.fields = sorted({f for f in plan.field.values() if f is not None})
-        self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES)
+        self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES, rowids)
         self.within = [(plan.field[f"where:{c}"], np.asarray(ids, dtype=np.int64)) for c, ids in where.within]
 
     def read(self, capacity: int, small, keep, workers: int, table: str) -> dict[str, np.ndarray]:
@@ -382,7 +387,7 @@ class _PageChunks:
 
     def chunk(self, _connection, j: int) -> None:
         plan, fields = self.plan, self.fields
-        values, nulls = plan.table.decode(self.blocks[j], fields) if fields else ([], [])
+        values, nulls = plan.table.decode(self.blocks[j], fields, self.rowids)
         by_field = {f: (v, z) for f, v, z in zip(fields, values, nulls)}
         n = len(values[0]) if values else 0
         rows = np.ones(n, dtype=bool)
