@@ -58,6 +58,7 @@ import pandas as pd
 from .intervals import (BLOCK, Coverage, group_indices, is_sorted, isin_blocks, lanes_per_batch, median_per_group,
                         row_blocks, union, unique_sorted)
 from .steps import group_name, rows_by_process
+from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
 
 LEVELS = ["warmup", "cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -444,14 +445,16 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
     cause timeline, so a device costs its own idle intervals and steps, not its process's host calls.
     """
     causes = _causes(host)
-    parts = []
-    for pieces, timeline in _idle_pieces(capture, steps, idle, host, syncs):
+
+    def sums(pieces: dict, timeline: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         which, label, ns = _label_sums(pieces["proc_start"], pieces["proc_end"], timeline["bounds"],
                                        timeline["label"], timeline["level"].size)
         flags = pieces["before_launch"][which] * 4 + pieces["after_sync"][which] * 2 + pieces["short_gap"][which]
         group = ((((pieces["step"][which] + 1) * len(LEVELS) + timeline["level"][label]) * (len(causes) + 1)
                   + timeline["cause"][label] + 1) * 8 + flags)
-        parts.append(_sum_by(pieces["device"][which], group, ns))
+        return _sum_by(pieces["device"][which], group, ns)
+
+    parts = list(_idle_pieces(capture, steps, idle, host, syncs, then=sums))
     if not parts:
         return pd.DataFrame({c: [] for c in GAP_COLUMNS}).astype({"ns": np.int64, "step": np.int64})
     device, group, ns = _sum_by(*(np.concatenate(c) for c in zip(*parts)))  # a device's chunks share groups
@@ -483,18 +486,19 @@ def idle_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[i
     """The elementary idle segments :func:`attribute` sums, cut to [t0, t1) (ns): one row per segment
     (globalPid, deviceId, start, end, cause_kind, cause, step; step -1 outside every step window), by
     device then start. Arguments as :func:`attribute`; the attributed idle of [t0, t1) is their sum."""
-    out = []
-    for pieces, timeline in _idle_pieces(capture, steps, idle, host, syncs, (t0, t1)):
+    def segments(pieces: dict, timeline: dict) -> pd.DataFrame:
         which, j, start, end = _timeline_pieces(pieces["proc_start"], pieces["proc_end"], timeline["bounds"])
         back = (pieces["start"] - pieces["proc_start"])[which]  # from the process's lane to the device's times
         start, end = np.maximum(start + back, t0), np.minimum(end + back, t1)
         keep = end > start
         which, label = which[keep], timeline["label"][j[keep]]
         keys = capture[DEVICE].to_numpy(np.int64)[pieces["device"][which]]
-        out.append(pd.DataFrame({
+        return pd.DataFrame({
             "globalPid": keys[:, 0], "deviceId": keys[:, 1], "start": start[keep], "end": end[keep],
             "cause_kind": np.array(LEVELS, dtype=object)[timeline["level"][label]],
-            "cause": _cause_names(timeline["cause"][label], _causes(host)), "step": pieces["step"][which]}))
+            "cause": _cause_names(timeline["cause"][label], _causes(host)), "step": pieces["step"][which]})
+
+    out = list(_idle_pieces(capture, steps, idle, host, syncs, (t0, t1), then=segments))
     if not out:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}).astype(
             {c: np.int64 for c in ("globalPid", "deviceId", "start", "end", "step")})
@@ -507,8 +511,10 @@ def _causes(host: pd.DataFrame) -> pd.Index:
 
 
 def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
-                 syncs: pd.DataFrame, window: tuple[int, int] | None = None):
-    """Every device's idle cut where its attributes change, with each process's cause timeline.
+                 syncs: pd.DataFrame, window: tuple[int, int] | None = None, *, then: Callable[[dict, dict], object]):
+    """``then(pieces, timeline)`` of every chunk of every device's idle cut where its attributes change, with
+    each process's cause timeline; chunks are cut and ``then`` applied on threads (threads.ordered_map), the
+    results yielded in chunk order.
 
     Devices (rows of ``capture`` with idle in their window; with ``window`` (t0, t1 ns) only the idle
     intervals overlapping it) are laid side by side, one lane per device (lane d shifted by d x stride,
@@ -518,7 +524,7 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
     changes — idle edges, the first sync return in each idle interval, step window starts and first
     launches, and where a step's CPU start and window end take effect (the first point at or after them:
     an elementary segment takes the attributes of its start).
-    Yields (pieces, timeline): pieces' arrays device (row in ``capture``), start, end (ns), proc_start,
+    ``then`` gets pieces' arrays device (row in ``capture``), start, end (ns), proc_start,
     proc_end (the same on the process's lane), step (-1: none), before_launch, after_sync, short_gap;
     timeline as :func:`_cause_timeline`.
     """
@@ -542,11 +548,11 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
     stride = hi - lo + 1
     per_batch = lanes_per_batch(stride)
     for first in range(0, len(devices), per_batch):
-        yield from _batch_pieces(devices[first:first + per_batch], steps, host, syncs, lo, stride)
+        yield from _batch_pieces(devices[first:first + per_batch], steps, host, syncs, lo, stride, then)
 
 
 def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame, syncs: pd.DataFrame, lo: int,
-                  stride: int):
+                  stride: int, then: Callable[[dict, dict], object]):
     """:func:`_idle_pieces` of one batch of devices ((row, globalPid, deviceId, idle starts, idle ends) each)."""
     rows, pid = (np.array([d[i] for d in devices], np.int64) for i in (0, 1))
     pids = np.unique(pid)
@@ -561,7 +567,9 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
     win = _lane_steps(steps, [(d[1], d[2]) for d in devices], device_shift)
     step_points = unique_sorted(np.concatenate([win["window_start"], win["first_launch"]]))
     edges = np.sort(np.concatenate([win["cpu_start"], win["window_end"]]))  # where a step's tests on a time change
-    for d, s, e in _idle_chunks(devices, device_shift):
+
+    def chunk(idle_chunk: tuple[np.ndarray, np.ndarray, np.ndarray]):
+        d, s, e = idle_chunk
         fs = np.full(s.size, NEVER)  # earliest sync return inside each idle interval
         if ends.size:
             j = np.searchsorted(ends, s + to_process[d], side="left")
@@ -592,9 +600,12 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
             hit = np.flatnonzero((w >= 0) & (start < win["window_end"][np.maximum(w, 0)]))
             step[hit] = win["step"][w[hit]]
             before[hit] = (start[hit] >= win["cpu_start"][w[hit]]) & (start[hit] < win["first_launch"][w[hit]])
-        yield {"device": rows[lane], "start": start - device_shift[lane], "end": end - device_shift[lane],
-               "proc_start": start + to_process[lane], "proc_end": end + to_process[lane], "step": step,
-               "before_launch": before, "after_sync": start >= fs[k], "short_gap": (e - s)[k] < SHORT_GAP_NS}, timeline
+        return then({"device": rows[lane], "start": start - device_shift[lane], "end": end - device_shift[lane],
+                     "proc_start": start + to_process[lane], "proc_end": end + to_process[lane], "step": step,
+                     "before_launch": before, "after_sync": start >= fs[k], "short_gap": (e - s)[k] < SHORT_GAP_NS},
+                    timeline)
+
+    yield from ordered_map(chunk, _idle_chunks(devices, device_shift))
 
 
 def _idle_chunks(devices: list[tuple], device_shift: np.ndarray):

@@ -1,0 +1,27 @@
+"""Threads of one analysis. numpy (and SQLite, see trace/tables.py) release the GIL in their loops, so
+independent blocks of work run side by side; ``diagnose --jobs`` lowers THREADS in each of its processes."""
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+THREADS = max(1, min(2, os.cpu_count() or 1))
+
+
+def ordered_map(fn: Callable, items: Iterable, threads: int | None = None) -> Iterator:
+    """``fn(item)`` of each item, in the items' order, on up to ``threads`` (default THREADS) threads; the
+    items are taken as the results are, so at most ``threads`` items are in flight (bounded memory)."""
+    threads = threads or THREADS
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
