@@ -22,12 +22,14 @@ from .outputs import Terminated, exit_on_sigterm, raise_terminated
 
 
 def analyze_job(path: str, step_range: str | None, reader_threads: int | None = None) -> dict:
-    """One export -> its report dict; run in a worker (``reader_threads``: SQLite reader threads it may use)."""
+    """One export -> its report dict; run in a worker (``reader_threads``: the reader and analysis threads it may
+    use: trace/tables.py's WORKERS, threads.THREADS)."""
+    from . import threads
     from .render.contract import report_of as report
     from .trace import tables
 
     if reader_threads:
-        tables.WORKERS = reader_threads
+        tables.WORKERS = threads.THREADS = reader_threads
     return report(path, step_range)
 
 
