@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Wall and CPU seconds per pipeline stage of one export, in this checkout (reader-thread CPU included).
+"""Wall and CPU seconds (of them system), page faults and peak RSS per pipeline stage of one export, in this
+checkout (reader-thread CPU included).
 
     python bench/stages.py /work/bench_data/resnet18-1M.sqlite
 
@@ -26,6 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 0.0
 
 
+def now() -> list[float]:
+    """Wall seconds, process CPU seconds, system CPU seconds and minor page faults so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return [time.perf_counter(), time.process_time(), usage.ru_stime, usage.ru_minflt]
+
+
 def rss_mib() -> float | None:
     """The process's resident set now (MiB), from /proc/self/statm; None where there is none."""
     try:
@@ -36,8 +43,9 @@ def rss_mib() -> float | None:
 
 
 class Clock:
-    """Wall and process-CPU seconds, per stage name (accumulated), and the largest RSS (MiB) seen while
-    each stage ran (a sampling thread; the innermost running stage gets the sample)."""
+    """Per stage name (accumulated): wall, process-CPU and system-CPU seconds and minor page faults (``now``),
+    and the largest RSS (MiB) seen while each stage ran (a sampling thread; the innermost running stage gets
+    the sample)."""
 
     def __init__(self):
         self.rows: dict[str, list[float]] = {}
@@ -56,19 +64,18 @@ class Clock:
             self.peaks[self.stage] = r
         return r
 
-    def add(self, name: str, wall: float, cpu: float) -> None:
-        row = self.rows.setdefault(name, [0.0, 0.0])
-        row[0] += wall
-        row[1] += cpu
+    def add(self, name: str, spent: list[float]) -> None:
+        row = self.rows.setdefault(name, [0.0] * 4)
+        row[:] = [r + d for r, d in zip(row, spent)]
 
     def run(self, name: str, fn, *args, **kwargs):
         outer, self.stage = self.stage, name
         self.note()
-        w, c = time.perf_counter(), time.process_time()
+        before = now()
         try:
             return fn(*args, **kwargs)
         finally:
-            self.add(name, time.perf_counter() - w, time.process_time() - c)
+            self.add(name, [b - a for a, b in zip(before, now())])
             self.note()
             self.stage = outer
 
@@ -79,13 +86,13 @@ class Clock:
 
 def main(path: str) -> None:
     clock = Clock()
-    w0, c0 = time.perf_counter(), time.process_time()
+    start = now()
     from nsysanalyze import analysis
     from nsysanalyze import attribution as A
     from nsysanalyze import metrics as M
     from nsysanalyze.render import json as json_render
     from nsysanalyze.render.contract import report
-    clock.add("imports", time.perf_counter() - w0, time.process_time() - c0)
+    clock.add("imports", [b - a for a, b in zip(start, now())])
     pass_parts = [(M, "gpu_metrics", "pass: GPU metrics"), (M, "busy_coverage", "pass: busy unions"),
                   (M, "cpu_metrics", "pass: CPU metrics"), (A, "host_intervals", "pass: attribution (host intervals)"),
                   (A, "attribute", "pass: attribution (idle gaps)"), (A, "idle_by_device", "pass: idle intervals"),
@@ -95,21 +102,24 @@ def main(path: str) -> None:
     a = clock.run("open (schema)", analysis.Analysis, path)
     clock.run("read tables", a._load_tables)
     clock.run("steps (choice, projection)", lambda: a._step_choice)
-    w, c = time.perf_counter(), time.process_time()
+    before = now()
     clock.stage = "pass: rest (kernel table, windows)"
     a._window_metric_columns  # noqa: B018
-    parts = sum(clock.rows[n][0] for _, _, n in pass_parts if n in clock.rows), sum(clock.rows[n][1] for _, _, n in pass_parts if n in clock.rows)
-    clock.add("pass: rest (kernel table, windows)", time.perf_counter() - w - parts[0], time.process_time() - c - parts[1])
+    parts = [sum(clock.rows[n][i] for _, _, n in pass_parts if n in clock.rows) for i in range(4)]
+    clock.add("pass: rest (kernel table, windows)", [b - a - p for a, b, p in zip(before, now(), parts)])
     clock.run("summary + evidence + rules", a.findings)
     doc = clock.run("report dict (header, framework, tables)", report, a)
     clock.run("render JSON", json_render.render, doc)
-    total_w, total_c = time.perf_counter() - w0, time.process_time()
+    total = [b - a for a, b in zip(start, now())]
+    total[1] = time.process_time()  # CPU from the interpreter's start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("| stage | wall (s) | CPU (s) | peak RSS in it (MiB) |\n|---|---:|---:|---:|")
-    for name, (wall, cpu) in clock.rows.items():
+    print("| stage | wall (s) | CPU (s) | of it system (s) | minor page faults | peak RSS in it (MiB) |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for name, (wall, cpu, system, faults) in clock.rows.items():
         peak = f"{clock.peaks[name]:.0f}" if name in clock.peaks else ""
-        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {peak} |")
-    print(f"| **total** (after interpreter start; peak RSS {rss:.0f} MiB) | **{total_w:.2f}** | **{total_c:.2f}** | |")
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {system:.2f} | {faults:,.0f} | {peak} |")
+    print(f"| **total** (after interpreter start; peak RSS {rss:.0f} MiB) | **{total[0]:.2f}** | **{total[1]:.2f}** | "
+          f"**{total[2]:.2f}** | **{total[3]:,.0f}** | |")
 
 
 if __name__ == "__main__":
