@@ -6,7 +6,7 @@ stage's temporaries stay in the process's RSS and add to the next stage's peak. 
 returns the free pages of every arena; it costs a walk of the free lists (milliseconds at 10M rows).
 :func:`map_large_blocks` fixes the threshold at 16 MiB, so every block from 16 MiB up is mapped on its own
 and unmapped when freed, also within a stage (10M-activity DDP export: peak 966 -> 886 MiB, the same CPU
-time). Elsewhere than glibc both do nothing.
+time), and keeps every thread on the main arena (fewer page faults). Elsewhere than glibc both do nothing.
 """
 from __future__ import annotations
 
@@ -26,17 +26,21 @@ def _glibc(symbol: str):
         return None
 
 
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc malloc.h)
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # mallopt's parameter numbers (glibc malloc.h)
 MMAP_THRESHOLD = 16 << 20  # bytes
 
 
 @cache
 def map_large_blocks() -> None:
-    """Have glibc serve blocks of MMAP_THRESHOLD bytes or more by mmap for the rest of the process (setting
-    the threshold turns off its rise to the largest block freed); once per process, a no-op elsewhere."""
+    """For the rest of the process: glibc serves blocks of MMAP_THRESHOLD bytes or more by mmap (setting the
+    threshold turns off its rise to the largest block freed), and every thread allocates from the one main
+    arena: the reader and attribution threads' own arenas handed their freed tops back and page-faulted
+    them in again for the next block (10M-activity ResNet export: 2.1M minor page faults and 7 s of system
+    time, against 0.6M and 4 s; the same peak). Once per process, a no-op elsewhere."""
     mallopt = _glibc("mallopt")
     if mallopt is not None:
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        mallopt(M_ARENA_MAX, 1)
 
 
 def release_freed_memory() -> None:
