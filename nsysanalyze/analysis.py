@@ -171,7 +171,7 @@ class Analysis:
             futures = {n: pool.submit(getattr(type(self), n).func, self) for n in names}
         for n, f in futures.items():
             self.__dict__.setdefault(n, f.result())
-        release_freed_memory()  # the readers' chunk buffers, kept by their threads' arenas
+        release_freed_memory()  # the readers' chunk buffers, kept by the heap
 
     @cached_property
     def _step_windows(self) -> pd.DataFrame:

@@ -1,8 +1,8 @@
 """Handing freed memory back to the OS between pipeline stages, and large blocks at once.
 
 glibc keeps the pages of freed arrays that came from its heaps (every block below its mmap threshold,
-which rises to 32 MB as large arrays are freed, and every block freed in a reader thread's arena), so a
-stage's temporaries stay in the process's RSS and add to the next stage's peak. ``malloc_trim(0)``
+which rises to 32 MB as large arrays are freed), so a stage's temporaries stay in the process's RSS and add
+to the next stage's peak. ``malloc_trim(0)``
 returns the free pages of every arena; it costs a walk of the free lists (milliseconds at 10M rows).
 :func:`map_large_blocks` fixes the threshold at 16 MiB, so every block from 16 MiB up is mapped on its own
 and unmapped when freed, also within a stage (10M-activity DDP export: peak 966 -> 886 MiB, the same CPU
