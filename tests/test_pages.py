@@ -267,3 +267,17 @@ def test_rowid_ranges_read_only_their_pages(tmp_path, monkeypatch, page_size):
         if hi - lo < 1000:
             assert sum(decoded) <= 2, (lo, hi, decoded)  # one or two leaf pages, of hundreds
     assert leaves > 50
+
+
+def test_without_preadv_the_pages_are_read_with_pread(tmp_path, monkeypatch):
+    """Where os has no preadv (macOS) the page reader reads with pread and a copy, the same values; where it has
+    no pread either (Windows) it stands aside for SQL."""
+    rows = [(i, i + 5, i * 3) for i in range(5_000)]
+    conn = tiny_table(tmp_path, rows)
+    exprs = {"start": "start", "value": "value"}
+    expected = [[s, v] for s, _, v in rows]
+    monkeypatch.delattr(pages.os, "preadv")
+    assert tables.fetch_columns(conn, "t", exprs, tables.TIMED).to_numpy().tolist() == expected
+    monkeypatch.delattr(pages.os, "pread")
+    assert tables._page_plan(conn, "t", exprs, tables.TIMED) is None
+    assert tables.fetch_columns(conn, "t", exprs, tables.TIMED).to_numpy().tolist() == expected

@@ -1,9 +1,9 @@
 """Integer columns of an SQLite table read straight from the file's table b-tree pages, vectorized with numpy.
 
 An nsys event table (kernels, runtime calls, OS runtime calls, ...) holds integers only. SQLite decodes them
-and :func:`tables.fetch_columns` moves them to numpy as ``group_concat`` text: ~90 ns per value, most of a
-run's time on a large export. This module decodes the same values from the file's pages, a block of leaf
-pages at a time, in ~10-20 ns per value, following the documented file format
+and :func:`tables.fetch_columns` moves them to numpy as ``group_concat`` text: ~90-125 ns per value, most of
+a run's time on a large export. This module decodes the same values from the file's pages, a block of leaf
+pages at a time, in ~30-40 ns per value (bench/RESULTS.md, session 7), following the documented file format
 (https://www.sqlite.org/fileformat2.html, sections 1.3 "The Database Header", 1.6 "B-tree Pages" and 2.1
 "Record Format"): leaf pages in b-tree order are the rows in rowid order; a leaf cell is a payload-size
 varint, a rowid varint and a record; a record is a header of serial types (one byte each for integers)
@@ -47,6 +47,8 @@ class TablePages:
     """The leaf pages of one table b-tree (rowid order) of the SQLite file at ``path``; ``root``: its root page."""
 
     def __init__(self, path: str | os.PathLike, root: int):
+        if not hasattr(os, "pread"):  # Windows: positioned reads are what lets reader threads share the file
+            raise Unsupported("no pread on this platform")
         self.file = open_input(path)  # the one gate of every input: a regular file, opened without blocking
         self.fd = self.file.fileno()
         try:
@@ -88,7 +90,7 @@ class TablePages:
         cut = np.flatnonzero(np.diff(numbers) != 1) + 1
         for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [numbers.size])).tolist()):
             want = (b - a) * ps
-            if os.preadv(self.fd, [view[a * ps:b * ps]], (int(numbers[a]) - 1) * ps) != want:
+            if _pread_into(self.fd, view[a * ps:b * ps], (int(numbers[a]) - 1) * ps) != want:
                 raise Unsupported("short read")
         return out
 
@@ -189,6 +191,16 @@ class TablePages:
         if inside is not None:
             got = {j: (v[inside], None if z is None else z[inside]) for j, (v, z) in got.items()}
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    """Bytes read into ``view`` from ``offset`` of ``fd``: ``os.preadv`` (no copy) where there is one (Linux, BSDs),
+    else ``os.pread`` and a copy (macOS)."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [view], offset)
+    data = os.pread(fd, len(view), offset)
+    view[:len(data)] = data
+    return len(data)
 
 
 def _be(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
