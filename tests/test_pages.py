@@ -30,14 +30,19 @@ def every_loader(path) -> dict[str, pd.DataFrame]:
     return out
 
 
-def decoded_tables(path, monkeypatch) -> dict[str, int]:
-    """Per table of PAGED in the export: how many leaf-page blocks the page reader decoded (no fallback)."""
-    blocks: dict[str, int] = {}
+def loaded_by_pages(path, monkeypatch) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """:func:`every_loader` with the page reader on, and per table of PAGED that it read: "pages" when every block
+    was decoded, "sql" when one made the reader stand aside."""
+    how: dict[str, str] = {}
     decode = pages.TablePages.decode
 
     def counting(self, numbers, fields, rowids=None):
-        result = decode(self, numbers, fields, rowids)  # an Unsupported propagates: the count stays 0
-        blocks[self.table] = blocks.get(self.table, 0) + 1
+        try:
+            result = decode(self, numbers, fields, rowids)
+        except pages.Unsupported:
+            how[self.table] = "sql"
+            raise
+        how.setdefault(self.table, "pages")
         return result
 
     monkeypatch.setattr(pages.TablePages, "decode", counting)
@@ -50,8 +55,7 @@ def decoded_tables(path, monkeypatch) -> dict[str, int]:
         return made
 
     monkeypatch.setattr(tables, "_page_plan", naming)
-    every_loader(path)
-    return blocks
+    return every_loader(path), how
 
 
 def real_exports() -> list:
@@ -66,13 +70,13 @@ def test_every_loader_equals_the_sql_reader_on_real_exports(path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(tables, "PAGES", False)
         expected = every_loader(path)
-    got = every_loader(path)
+    got, how = loaded_by_pages(path, monkeypatch)
     for name, frame in expected.items():
         pd.testing.assert_frame_equal(got[name], frame, obj=name)
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         present = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         with_rows = {t for t in PAGED if t in present and conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone()}
-    assert set(decoded_tables(path, monkeypatch)) == with_rows
+    assert how == dict.fromkeys(with_rows, "pages")
 
 
 def test_one_page_chunks_across_a_multi_level_b_tree(tmp_path, monkeypatch):
