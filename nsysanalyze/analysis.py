@@ -28,7 +28,7 @@ from . import metrics as M
 from . import steps as S
 from .errors import InputError
 from .intervals import group_codes, median_per_group
-from .memory import map_large_blocks, release_freed_memory
+from .memory import release_freed_memory, tune_allocator
 from .rules import Diagnosis, Evidence, Finding, diagnose_devices, order
 from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
@@ -161,7 +161,7 @@ class Analysis:
 
     def _load_tables(self) -> None:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
-        map_large_blocks()  # from here on, large arrays are unmapped as soon as they are freed
+        tune_allocator()  # from here on, large arrays are unmapped when freed, every thread on one arena
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
         names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets", "_munmap"]
         names = [n for n in names if n not in self.__dict__]

@@ -55,8 +55,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import (BLOCK, Coverage, group_indices, is_sorted, isin_blocks, lanes_per_batch, median_per_group,
-                        row_blocks, union, unique_sorted)
+from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
+                        median_per_group, row_blocks, union, unique_sorted)
 from .steps import group_name, rows_by_process
 from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
@@ -279,12 +279,8 @@ def _os_part(osrt: pd.DataFrame, runtime: pd.DataFrame, primary: dict[int, int],
 
 def _used_categories(values: pd.Categorical) -> pd.Categorical:
     """``values.remove_unused_categories()`` without its int64 inverse of every row (96 MB per 12M calls)."""
-    used = np.bincount(values.codes[values.codes >= 0], minlength=len(values.categories)) > 0
-    if used.all():
-        return values
-    new_code = (np.cumsum(used) - 1).astype(values.codes.dtype)
-    return pd.Categorical.from_codes(np.where(values.codes >= 0, new_code[values.codes], -1).astype(values.codes.dtype),
-                                     values.categories[used])
+    used, codes = dense_codes(values.codes, len(values.categories))
+    return values if used.size == len(values.categories) else pd.Categorical.from_codes(codes, values.categories[used])
 
 
 def _primary_ranges(nvtx: pd.DataFrame, primary: dict[int, int], step_ranges: pd.DataFrame,
@@ -679,12 +675,9 @@ def _cause_timeline(calls: dict[str, np.ndarray], a: int, b: int, n_causes: int)
             lab = _active_label(starts[m], ends[m], codes[m], bounds)
             hit = lab >= 0
             level[hit], cause[hit] = lv, lab[hit]
-    key = level * (n_causes + 2) + cause + 1  # small integers: distinct labels by a table, not a sort
-    present = np.zeros(len(LEVELS) * (n_causes + 2), dtype=bool)
-    present[key] = True
-    labels = np.flatnonzero(present)
+    labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
     level_of, cause_of = np.divmod(labels, n_causes + 2)
-    return {"bounds": bounds, "label": (np.cumsum(present) - 1)[key], "level": level_of, "cause": cause_of - 1}
+    return {"bounds": bounds, "label": label, "level": level_of, "cause": cause_of - 1}
 
 
 def _label_sums(x: np.ndarray, y: np.ndarray, bounds: np.ndarray, label: np.ndarray,

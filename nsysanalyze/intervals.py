@@ -247,6 +247,15 @@ def sum_in_windows(times: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.n
     return cum[np.searchsorted(t, b, side="left")] - cum[np.searchsorted(t, a, side="left")]
 
 
+def dense_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Small integer codes (0 <= code < ``size``; -1: none) renumbered densely: the values present, sorted, and
+    each code's index among them (-1 stays -1), through a table of ``size`` entries (no sort of the rows)."""
+    present = np.zeros(size, dtype=bool)
+    present[codes[codes >= 0]] = True
+    index = (np.cumsum(present) - 1).astype(codes.dtype)
+    return np.flatnonzero(present), np.where(codes >= 0, index[np.maximum(codes, 0)], codes)
+
+
 def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Group of each row of the key arrays as a dense code 0..g-1 (groups in sorted key order), and each
     key's value per group. A key with one value costs one compare pass, not a hash."""

@@ -4,7 +4,7 @@ glibc keeps the pages of freed arrays that came from its heaps (every block belo
 which rises to 32 MB as large arrays are freed), so a stage's temporaries stay in the process's RSS and add
 to the next stage's peak. ``malloc_trim(0)``
 returns the free pages of every arena; it costs a walk of the free lists (milliseconds at 10M rows).
-:func:`map_large_blocks` fixes the threshold at 16 MiB, so every block from 16 MiB up is mapped on its own
+:func:`tune_allocator` fixes the threshold at 16 MiB, so every block from 16 MiB up is mapped on its own
 and unmapped when freed, also within a stage (10M-activity DDP export: peak 966 -> 886 MiB, the same CPU
 time), and keeps every thread on the main arena (fewer page faults). Elsewhere than glibc both do nothing.
 """
@@ -31,7 +31,7 @@ MMAP_THRESHOLD = 16 << 20  # bytes
 
 
 @cache
-def map_large_blocks() -> None:
+def tune_allocator() -> None:
     """For the rest of the process: glibc serves blocks of MMAP_THRESHOLD bytes or more by mmap (setting the
     threshold turns off its rise to the largest block freed), and every thread allocates from the one main
     arena: the reader and attribution threads' own arenas handed their freed tops back and page-faulted

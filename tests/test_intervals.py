@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysanalyze.intervals import Coverage, intersection_within, sum_in_windows, union, union_of
+from nsysanalyze.intervals import Coverage, dense_codes, intersection_within, sum_in_windows, union, union_of
 
 SPAN = 200
 intervals = st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 40)), max_size=25).map(
@@ -134,3 +134,11 @@ def test_durations_in_windows_equal_a_sum_of_durations(iv, win, block):
         assert durations_in_windows(s, e, *win).tolist() == want.tolist()
     finally:
         I.QUERY_BLOCK = saved
+
+
+def test_dense_codes_renumber_the_codes_present():
+    """Unit test on hand-made codes: the present values sorted, each code's index among them, -1 kept, dtype kept."""
+    values, codes = dense_codes(np.array([5, -1, 2, 5, 9, 2], dtype=np.int16), 12)
+    assert values.tolist() == [2, 5, 9] and codes.tolist() == [1, -1, 0, 1, 2, 0] and codes.dtype == np.int16
+    values, codes = dense_codes(np.array([], dtype=np.int64), 4)
+    assert values.size == 0 and codes.size == 0

@@ -1,4 +1,4 @@
-"""memory.map_large_blocks: with glibc, a large block freed within a stage goes back to the OS at once."""
+"""memory.tune_allocator: with glibc, a large block freed within a stage goes back to the OS at once."""
 import subprocess
 import sys
 
@@ -16,7 +16,7 @@ def rss():
         return int(f.read().split()[1]) * 4096
 
 if sys.argv[1] == "fixed":
-    memory.map_large_blocks()
+    memory.tune_allocator()
 first = np.ones(30 << 17)  # 30 MiB, mapped; freeing it raises glibc's own threshold to 30 MiB
 del first
 before = rss()

@@ -120,7 +120,7 @@ class TablePages:
                 raise Unsupported("unbalanced b-tree")
             cells, cell_page = _cell_offsets(buf, base, INTERIOR_HEADER, self.usable)
             children = _be(buf, cells, 4)
-            words = np.ndarray(shape=(buf.size - 7,), dtype=">u8", buffer=buf, strides=(1,))
+            words = _words(buf)
             keys = _varint_value(buf, cells + 4, _varint_len(words, cells + 4))  # the largest rowid left of it
             right = _be(buf, base + 8, 4)
             # each page's children in cell order, then its right-most child (bounded by the page's own bound)
@@ -140,7 +140,7 @@ class TablePages:
         if (buf[base] != LEAF).any():
             raise Unsupported("not a leaf page")
         cells, cell_page = _cell_offsets(buf, base, LEAF_HEADER, self.usable)
-        words = np.ndarray(shape=(buf.size - 7,), dtype=">u8", buffer=buf, strides=(1,))
+        words = _words(buf)
         payload_len = _varint_len(words, cells)
         payload = _varint_value(buf, cells, payload_len)
         record = cells + payload_len
@@ -191,6 +191,11 @@ class TablePages:
         if inside is not None:
             got = {j: (v[inside], None if z is None else z[inside]) for j, (v, z) in got.items()}
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
+
+
+def _words(buf: np.ndarray) -> np.ndarray:
+    """The unsigned big-endian 8-byte word starting at every byte of ``buf`` (a view: no copy)."""
+    return np.ndarray(shape=(buf.size - 7,), dtype=">u8", buffer=buf, strides=(1,))
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..threads import ordered_map
 from . import pages
 from .open import readonly_connection
 from .schema import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, Schema
@@ -93,12 +94,16 @@ def _parse_ints(text: bytes | None, n: int) -> np.ndarray | None:
     return out if out.size == n else None
 
 
+def _database_file(conn: sqlite3.Connection) -> str | None:
+    """The path of ``conn``'s main database file, or None for an in-memory database."""
+    row = conn.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
+    return os.fsdecode(row[0]) if row and row[0] else None
+
+
 def _reader(conn: sqlite3.Connection) -> sqlite3.Connection | None:
     """Another read-only connection to the same file (for a reader thread), or None for in-memory databases."""
-    row = conn.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
-    if not row or not row[0]:
-        return None
-    return readonly_connection(os.fsdecode(row[0]))
+    path = _database_file(conn)
+    return readonly_connection(path) if path else None
 
 
 @dataclass(frozen=True)
@@ -339,9 +344,9 @@ def _page_plan(conn: sqlite3.Connection, table: str, exprs: dict[str, str], wher
     """A plan for decoding ``exprs`` and ``where`` from the file's pages, or None when they are not all plain
     columns (see :func:`fetch_columns`), the table has generated or rowid-alias columns among them, or the
     database is not a file."""
-    row = conn.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
+    path = _database_file(conn)
     root = conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
-    if not row or not row[0] or not root or not root[0]:
+    if not path or not root or not root[0]:
         return None
     try:
         info = conn.execute(f'PRAGMA table_xinfo("{table}")').fetchall()  # cid, name, type, notnull, default, pk, hidden
@@ -365,7 +370,7 @@ def _page_plan(conn: sqlite3.Connection, table: str, exprs: dict[str, str], wher
     if all(f is None for f in field.values()):  # constants only: no record to count the rows by
         return None
     try:
-        return _PagePlan(pages.TablePages(os.fsdecode(row[0]), root[0]), field, default)
+        return _PagePlan(pages.TablePages(path, root[0]), field, default)
     except (pages.Unsupported, OSError):
         return None
 
@@ -380,16 +385,17 @@ class _PageChunks:
         self.within = [(plan.field[f"where:{c}"], np.asarray(ids, dtype=np.int64)) for c, ids in where.within]
 
     def read(self, capacity: int, small, keep, workers: int, table: str) -> dict[str, np.ndarray]:
-        self.sink = _InOrder(self.names, capacity, small, self.steady)
-        self.keep, self.table = keep, table
-        _in_threads(len(self.blocks), [None] * max(1, min(workers, len(self.blocks))), self.chunk)
-        return self.sink.columns()
+        sink = _InOrder(self.names, capacity, small, self.steady)
+        for j, cols in enumerate(ordered_map(self.chunk, self.blocks, max(1, min(workers, len(self.blocks))))):
+            sink.add(j, _kept(cols, self.names, keep), table)
+        return sink.columns()
 
-    def chunk(self, _connection, j: int) -> None:
+    def chunk(self, block: np.ndarray) -> list[np.ndarray]:
+        """One block of leaf pages decoded: the rows ``where`` keeps, each expression's column."""
         plan, fields = self.plan, self.fields
-        values, nulls = plan.table.decode(self.blocks[j], fields, self.rowids)
+        values, nulls = plan.table.decode(block, fields, self.rowids)
         by_field = {f: (v, z) for f, v, z in zip(fields, values, nulls)}
-        n = len(values[0]) if values else 0
+        n = len(values[0])
         rows = np.ones(n, dtype=bool)
         for c in self.where.not_null:
             null = by_field[plan.field[f"where:{c}"]][1]
@@ -415,7 +421,7 @@ class _PageChunks:
             if name in self.steady and value.size and value.min() == value.max():
                 value = np.broadcast_to(value[:1], value.shape)
             cols.append(value)
-        self.sink.add(j, _kept(cols, self.names, self.keep), self.table)
+        return cols
 
 
 def _one_value(column: np.ndarray) -> bool:
