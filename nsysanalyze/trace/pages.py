@@ -19,6 +19,7 @@ table b-tree page where one is expected, or any position outside its page. The f
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -37,6 +38,7 @@ INTEGER_TYPE[[0, 1, 2, 3, 4, 5, 6, 8, 9]] = True  # NULL counts: the caller's de
 # (arithmetic: the sign comes with it); types 0, 8 and 9 read a word of the padding that holds 0 or 1.
 VALUE_SHIFT = np.array([0, 56, 48, 40, 32, 16, 0, 0, 0, 0] + [0] * 118, dtype=np.int64)
 PADDING = 24                    # zero bytes after a block's pages: 8-byte words read past the last field stay inside
+SWAP = sys.byteorder == "little"  # the file's integers are big-endian: a word gathered natively is byte-swapped
 
 
 class Unsupported(Exception):
@@ -85,7 +87,8 @@ class TablePages:
         """These pages' bytes, concatenated in the given order, then PADDING zero bytes; contiguous runs of
         page numbers are read with one ``pread`` each."""
         ps = self.page_size
-        out = np.zeros(numbers.size * ps + PADDING, dtype=np.uint8)
+        out = np.empty(numbers.size * ps + PADDING, dtype=np.uint8)
+        out[-PADDING:] = 0
         view = memoryview(out)
         cut = np.flatnonzero(np.diff(numbers) != 1) + 1
         for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [numbers.size])).tolist()):
@@ -141,10 +144,7 @@ class TablePages:
             raise Unsupported("not a leaf page")
         cells, cell_page = _cell_offsets(buf, base, LEAF_HEADER, self.usable)
         words = _words(buf)
-        payload_len = _varint_len(words, cells)
-        payload = _varint_value(buf, cells, payload_len)
-        record = cells + payload_len
-        rowid_len = _varint_len(words, record)
+        payload, record, rowid_len = _cell_heads(buf, words, cells)
         inside = None
         if rowids is not None:
             rowid = _varint_value(buf, record, rowid_len)
@@ -153,7 +153,8 @@ class TablePages:
         record_end = record + payload
         if (payload > self.usable - 35).any() or (record_end > base[cell_page] + self.usable).any():
             raise Unsupported("overflow pages or a cell past its page")
-        header = buf[record].astype(np.int64)
+        types = _be_words(words, record)  # the header's size (a one-byte varint), then 7 fields' serial types
+        header = (types >> np.uint64(56)).astype(np.int64)
         need = max(fields) + 1
         if (header >= 0x80).any() or (header - 1 < need).any() or (header > payload).any():
             raise Unsupported("long record header, or fewer fields than asked")
@@ -166,7 +167,10 @@ class TablePages:
         for j in range(need):
             if (offset > record_end).any():  # checked before each field's read: no position leaves its cell
                 raise Unsupported("a field past its record")
-            kind = buf[record + 1 + j]
+            lane = (j + 1) % 8  # field j's serial type: header byte j + 1
+            if lane == 0:  # the next 8 fields' serial types: one gather
+                types = _be_words(words, record + 1 + j)
+            kind = (types >> np.uint64(56 - 8 * lane)).astype(np.uint8)  # keeps the low byte
             low, high = int(kind.min()) if kind.size else 0, int(kind.max()) if kind.size else 0
             if high >= 0x80:
                 raise Unsupported("multi-byte serial type")
@@ -175,7 +179,7 @@ class TablePages:
                 if j in fields:
                     if not INTEGER_TYPE[low]:
                         raise Unsupported("not an integer")
-                    value = (words[offset].astype(np.int64) >> VALUE_SHIFT[low] if size else
+                    value = (_shifted(words, offset, VALUE_SHIFT[low]) if size else
                              np.broadcast_to(np.int64(low == 9), offset.shape))
                     got[j] = value, (np.broadcast_to(np.True_, offset.shape) if low == 0 else None)
             else:
@@ -184,7 +188,7 @@ class TablePages:
                 size = SERIAL_SIZE[kind]
                 if j in fields:
                     at = np.where(size > 0, offset, np.where(kind == 9, one, zero))
-                    got[j] = words[at].astype(np.int64) >> VALUE_SHIFT[kind], kind == 0
+                    got[j] = _shifted(words, at, VALUE_SHIFT[kind]), kind == 0
             offset += size
         if (offset > record_end).any():
             raise Unsupported("a field past its record")
@@ -194,8 +198,23 @@ class TablePages:
 
 
 def _words(buf: np.ndarray) -> np.ndarray:
-    """The unsigned big-endian 8-byte word starting at every byte of ``buf`` (a view: no copy)."""
-    return np.ndarray(shape=(buf.size - 7,), dtype=">u8", buffer=buf, strides=(1,))
+    """The 8-byte word starting at every byte of ``buf``, in the host's byte order (a view: no copy); gathered
+    through :func:`_be_words`, they are the big-endian words the file holds."""
+    return np.ndarray(shape=(buf.size - 7,), dtype=np.uint64, buffer=buf, strides=(1,))
+
+
+def _be_words(words: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The unsigned big-endian 8-byte words at ``pos`` (``words``: :func:`_words`): gathered in the host's order
+    and byte-swapped in place (twice as fast as gathering a big-endian dtype)."""
+    value = words[pos]
+    return value.byteswap(inplace=True) if SWAP else value
+
+
+def _shifted(words: np.ndarray, pos: np.ndarray, shift) -> np.ndarray:
+    """The big-endian words at ``pos`` as int64, shifted right (arithmetic) by ``shift`` bits (scalar or per row)."""
+    value = _be_words(words, pos).view(np.int64)
+    value >>= shift
+    return value
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
@@ -223,23 +242,46 @@ def _cell_offsets(buf: np.ndarray, base: np.ndarray, header: int, usable: int) -
     if (header + 2 * count > usable).any():
         raise Unsupported("cell count past its page")
     page = np.repeat(np.arange(base.size), count)
-    index = np.arange(page.size) - np.repeat(np.cumsum(count) - count, count)
-    pointer = _be(buf, base[page] + header + 2 * index, 2)
+    cell_base = base[page]
+    # cell k's pointer: 2 bytes at its page's header end + 2 * (k - the page's first cell)
+    at = np.repeat(base + header - 2 * (np.cumsum(count) - count), count) + 2 * np.arange(page.size)
+    pointer = np.ndarray(shape=(max(buf.size - 1, 0),), dtype=">u2", buffer=buf, strides=(1,))[at].astype(np.int64)
     if page.size and ((pointer < header) | (pointer > usable - 4)).any():
         raise Unsupported("cell pointer past its page")
-    return base[page] + pointer, page
+    cell_base += pointer
+    return cell_base, page
+
+
+def _cell_heads(buf: np.ndarray, words: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per leaf cell at ``cells``: its payload size (bytes), the position of its rowid varint and that varint's
+    length. One gather of the cell's first 8 bytes where every payload size is a one-byte varint (short
+    records: the rowid is in the same word)."""
+    head = _be_words(words, cells)
+    first = head >> np.uint64(56)
+    if (first < 0x80).all():
+        rowid_len = _varint_len_of(head << np.uint64(8))
+        if not (rowid_len == 8).any():  # 8 would count the zero byte shifted in: read the rowid's own word then
+            return first.astype(np.int64), cells + 1, rowid_len
+    length = _varint_len_of(head)
+    record = cells + length
+    return _varint_value(buf, cells, length), record, _varint_len(words, record)
 
 
 def _varint_len(words: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Lengths in bytes (1-8; a 9-byte varint raises Unsupported) of the varints at ``pos``: the position of the
-    first byte without the high bit, found as the highest set bit of those bytes' markers in the 8-byte word
-    there (``log2`` of a sum of distinct powers of two below 2^57 floors exactly to the largest one's)."""
-    ends = ~(words[pos] >> np.uint64(7)) & np.uint64(0x0101010101010101)  # 1 in each byte lane that ends a varint
-    if pos.size and not ends.all():
+    """Lengths in bytes (1-8) of the varints at ``pos`` (:func:`_varint_len_of` their words)."""
+    return _varint_len_of(_be_words(words, pos))
+
+
+def _varint_len_of(word: np.ndarray) -> np.ndarray:
+    """Lengths in bytes (1-8; a 9-byte varint raises Unsupported) of the varints that start the big-endian 8-byte
+    words ``word``: the position of the first byte without the high bit, found as the highest set bit of those
+    bytes' markers (the exponent of its float: a sum of distinct powers of two below 2^57 rounds down to the
+    largest one's)."""
+    ends = ~(word >> np.uint64(7)) & np.uint64(0x0101010101010101)  # 1 in each lane that ends one
+    if word.size and not ends.all():
         raise Unsupported("9-byte varint")
-    with np.errstate(divide="ignore"):
-        top = np.floor(np.log2(ends.astype(np.float64))).astype(np.int64)  # 56 - 8k for the first end, byte k
-    return 8 - top // 8
+    top = (ends.astype(np.float64).view(np.int64) >> 52) - 1023  # the float's exponent: 56 - 8k, first end byte k
+    return 8 - (top >> 3)
 
 
 def _varint_value(buf: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndarray:
