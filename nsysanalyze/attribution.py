@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
-                        median_per_group, row_blocks, union, unique_sorted)
+                        median_per_group, overlapping, row_blocks, union, unique_sorted)
 from .steps import group_name, rows_by_process
 from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
@@ -115,17 +115,15 @@ def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -
 def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
     """Rows of ``frame`` (start, end, globalTid: a frame or a dict of arrays) that overlap the GPU idle of one
     of their process's devices — only those can be causes: [start, end) is not empty and the first idle
-    interval ending after start begins before end. Taken a block of rows at a time (bounded temporaries)."""
+    interval ending after start begins before end (:func:`intervals.overlapping`). Taken a block of rows at a
+    time (bounded temporaries; a block of nearby calls searches only the idle near them)."""
     start, end = np.asarray(frame["start"], dtype=np.int64), np.asarray(frame["end"], dtype=np.int64)
     keep = np.zeros(start.size, dtype=bool)
     for pid, idx in rows_by_process(np.asarray(frame["globalTid"]), of_tid=True):
         for r in row_blocks(start.size, idx):
             s, e = start[r], end[r]
             for idle_s, idle_e in devices.get(int(pid), []):
-                if idle_s.size == 0:
-                    continue
-                j = np.minimum(np.searchsorted(idle_e, s, side="right"), idle_s.size - 1)
-                keep[r] |= (e > s) & (idle_e[j] > s) & (idle_s[j] < e)
+                keep[r] |= overlapping(s, e, idle_s, idle_e)
     return keep
 
 

@@ -57,6 +57,22 @@ def unique_sorted(x: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
 
 
+def overlapping(starts: np.ndarray, ends: np.ndarray, iv_starts: np.ndarray, iv_ends: np.ndarray) -> np.ndarray:
+    """Mask of the intervals [starts, ends) (ns) that are not empty and overlap one of the sorted, disjoint
+    intervals [iv_starts, iv_ends): the first of those to end after a start begins before its end. The binary
+    searches run only in the slice of them that can meet these rows (from the first to end after the earliest
+    start to the last to begin before the latest end): for a block of nearby rows, a slice that stays in cache."""
+    if not starts.size or not iv_starts.size:
+        return np.zeros(starts.size, dtype=bool)
+    lo = int(np.searchsorted(iv_ends, starts.min(), side="right"))
+    hi = int(np.searchsorted(iv_starts, ends.max(), side="left"))
+    if hi <= lo:
+        return np.zeros(starts.size, dtype=bool)
+    iv_starts, iv_ends = iv_starts[lo:hi], iv_ends[lo:hi]
+    j = np.minimum(np.searchsorted(iv_ends, starts, side="right"), iv_ends.size - 1)
+    return (ends > starts) & (iv_ends[j] > starts) & (iv_starts[j] < ends)
+
+
 def union(starts: np.ndarray, ends: np.ndarray, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge).
 

@@ -3,7 +3,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysanalyze.intervals import Coverage, dense_codes, intersection_within, sum_in_windows, union, union_of
+from nsysanalyze.intervals import (Coverage, dense_codes, intersection_within, overlapping, sum_in_windows, union,
+                                   union_of)
 
 SPAN = 200
 intervals = st.lists(st.tuples(st.integers(0, SPAN), st.integers(0, 40)), max_size=25).map(
@@ -142,3 +143,15 @@ def test_dense_codes_renumber_the_codes_present():
     assert values.tolist() == [2, 5, 9] and codes.tolist() == [1, -1, 0, 1, 2, 0] and codes.dtype == np.int16
     values, codes = dense_codes(np.array([], dtype=np.int64), 4)
     assert values.size == 0 and codes.size == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals, windows)
+def test_overlapping_matches_brute_force(iv, calls):
+    """``overlapping``: a call [start, end) is kept exactly when it is not empty and shares an instant with one of
+    the disjoint intervals (their union here), also when the slice it searches is empty or one interval."""
+    iv_s, iv_e = union(*iv)
+    m, lo = mask(iv_s, iv_e)
+    s, e = calls
+    expected = (e > s) & (covered(m, lo, s, e) > 0)
+    assert (overlapping(s, e, iv_s, iv_e) == expected).all()
