@@ -57,7 +57,7 @@ import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
                         median_per_group, overlapping, row_blocks, union, unique_sorted)
-from .steps import group_name, rows_by_process
+from .steps import group_name, per_distinct, rows_by_process
 from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
 
@@ -127,6 +127,12 @@ def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
     return keep
 
 
+@per_distinct
+def _warmup_range(names: pd.Series) -> pd.Series:
+    """Per NVTX range name: whether it names compilation, JIT, autotuning or warm-up work (WARMUP_RANGE)."""
+    return names.astype(str).str.fullmatch(WARMUP_RANGE)
+
+
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]],
                    mpi: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -167,7 +173,7 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
         nvtx = nvtx[_during_idle(nvtx, devices)]
     base_names = {i: api_base_name(n) for i, n in api_names.items()}  # once per distinct name, not per call
     parts = []
-    warming = nvtx["name"].astype(str).str.fullmatch(WARMUP_RANGE).to_numpy() if len(nvtx) else np.zeros(0, bool)
+    warming = _warmup_range(nvtx["name"]).to_numpy(bool) if len(nvtx) else np.zeros(0, bool)
     if warming.any():  # on any thread: nvFuser and torch.compile compile on worker threads
         rows = nvtx[warming]
         parts.append(_labelled(rows, pid_of(rows["globalTid"].to_numpy()), WARMUP, group_name(rows["name"]).to_numpy()))
