@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
-                        median_per_group, overlapping, row_blocks, union, unique_sorted)
+                        median_per_group, overlapping, row_blocks, searchsorted_sorted, union, unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
 from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
@@ -676,7 +676,7 @@ def _cause_timeline(calls: dict[str, np.ndarray], a: int, b: int, n_causes: int)
     for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
         m = host_level == lv
         if m.any():
-            lab = _active_label(starts[m], ends[m], codes[m], bounds)
+            lab = _active_label(starts[m], ends[m], codes[m], bounds, sorted_times=True)
             hit = lab >= 0
             level[hit], cause[hit] = lv, lab[hit]
     labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
@@ -797,9 +797,11 @@ def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray
     return starts, ends
 
 
-def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray,
+                  sorted_times: bool = False) -> np.ndarray:
     """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
-    else the one reaching furthest among those started before — or -1."""
+    else the one reaching furthest among those started before — or -1. ``sorted_times``: t is sorted (the
+    intervals are then found by a merge when they are fewer than the times)."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     if is_sorted(starts):
@@ -809,7 +811,8 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
         s, e, lab = starts[order], ends[order], labels[order]
     reach = np.maximum.accumulate(e)
     furthest = _running_argmax(e)
-    k = np.searchsorted(s, t, side="right") - 1
+    k = (searchsorted_sorted(s, t, side="right") if sorted_times and s.size < t.size else
+         np.searchsorted(s, t, side="right")) - 1
     kk = np.maximum(k, 0)
     latest = (k >= 0) & (e[kk] > t)
     outer = (k >= 0) & ~latest & (reach[kk] > t)

@@ -73,6 +73,13 @@ def overlapping(starts: np.ndarray, ends: np.ndarray, iv_starts: np.ndarray, iv_
     return (ends > starts) & (iv_ends[j] > starts) & (iv_starts[j] < ends)
 
 
+def searchsorted_sorted(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(a, v, side)`` for a sorted ``v`` as well as a sorted ``a``, as a merge: each of a's
+    positions in v (a.size binary searches, not v.size), counted up to every v. Faster when a is the shorter."""
+    pos = np.searchsorted(v, a, side="left" if side == "right" else "right")
+    return np.cumsum(np.bincount(pos, minlength=v.size + 1)[:v.size])
+
+
 def union(starts: np.ndarray, ends: np.ndarray, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge).
 

@@ -173,3 +173,13 @@ def test_factorize_sorted_equals_pandas(values, dtype, spread):
     want_code, want_uniques = pd.factorize(v, sort=True)
     assert code.dtype == np.int64 and code.tolist() == want_code.tolist()
     assert uniques.dtype == v.dtype and uniques.tolist() == np.asarray(want_uniques).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-50, 50), max_size=30), st.lists(st.integers(-60, 60), max_size=40),
+       st.sampled_from(["left", "right"]))
+def test_searchsorted_sorted_equals_numpy(a, v, side):
+    """``searchsorted_sorted`` (a merge of two sorted arrays, ties and empty ones included) is np.searchsorted."""
+    from nsysanalyze.intervals import searchsorted_sorted
+    a, v = np.sort(np.array(a, dtype=np.int64)), np.sort(np.array(v, dtype=np.int64))
+    assert searchsorted_sorted(a, v, side).tolist() == np.searchsorted(a, v, side=side).tolist()
