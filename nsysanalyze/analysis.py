@@ -263,11 +263,11 @@ class Analysis:
         """NCCL kernel nameId -> collective kind (metrics.nccl_kind)."""
         return {i: M.nccl_kind(n) for i, n in self.trace.strings(self.trace.nccl_kernel_name_ids).items()}
 
-    def _os_calls(self, threads, keep) -> pd.DataFrame:
+    def _os_calls(self, threads, keep, keep_time=None) -> pd.DataFrame:
         """The OS runtime calls (start, end, globalTid, name) on ``threads`` (globalTids, in SQL) that ``keep``
-        selects, read a chunk at a time (only those that can be attribution causes are ever held); empty
-        without OSRT."""
-        return self.trace.osrt(None, threads=threads, keep=keep)
+        selects (``keep_time``: a test on start and end alone that they pass), read a chunk at a time (only
+        those that can be attribution causes are ever held); empty without OSRT."""
+        return self.trace.osrt(None, threads=threads, keep=keep, keep_time=keep_time)
 
     def os_calls(self, window: tuple[int, int]) -> pd.DataFrame:
         """The OS runtime calls (start, end, globalTid, name: categorical) overlapping ``window`` [t0, t1) ns,

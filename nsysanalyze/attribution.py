@@ -133,6 +133,16 @@ def _warmup_range(names: pd.Series) -> pd.Series:
     return names.astype(str).str.fullmatch(WARMUP_RANGE)
 
 
+def _idle_of_any(devices: dict[int, list[tuple]]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of every process's GPU idle (``devices``: :func:`idle_by_process`): (starts, ends) ns."""
+    parts = [p for per in devices.values() for p in per]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return union(np.concatenate([s for s, _ in parts]), np.concatenate([e for _, e in parts]))
+
+
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]],
                    mpi: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -144,10 +154,11 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
     NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); a caller that hands
     over its only reference lets the whole table go before the OS calls are read. ``os_calls(threads,
-    keep)``: the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that ``keep``
-    (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose calls can
-    be causes (primary and launching threads of processes with GPU idle) and the calls overlapping that
-    idle, so the rest are never held; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty;
+    keep, keep_time)``: the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that
+    ``keep`` (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose
+    calls can be causes (primary and launching threads of processes with GPU idle) and the calls overlapping
+    that idle, so the rest are never held; ``keep_time`` (start, end -> mask: overlap with any process's GPU
+    idle) is a test every kept call passes, which a reader may apply before it reads a call's thread; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty;
     ``mpi``: MPI calls (start, end, globalTid, name) of nsys' MPI trace: blocking calls (the host held by the
     library: Open MPI busy-polls, so no OS wait shows), cause = the call's name.
     """
@@ -162,7 +173,8 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
         helper_gaps = helper_gaps[_during_idle(helper_gaps, devices)]
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]  # the whole table is done with here
-    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices))
+    any_idle = _idle_of_any(devices)  # a call during its own process's idle is during this union's
+    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices), lambda s, e: overlapping(s, e, *any_idle))
     os_part = _os_part(osrt, runtime, primary, launch_tids)
     waiting_primaries = np.intersect1d(os_part.pop("waiting"), list(primary.values()))
     if len(helper_gaps):  # only where the primary thread waits in the OS during GPU idle (nothing to reassign otherwise)

@@ -55,8 +55,8 @@ def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch
     real = A.host_intervals
 
     def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices, mpi=None):
-        def reading(threads, keep):
-            calls["read"] = os_calls(threads, keep)
+        def reading(threads, keep, keep_time=None):
+            calls["read"] = os_calls(threads, keep, keep_time)
             return calls["read"]
         calls["args"] = (runtime, api_names, nvtx, step_ranges, devices)
         calls["host"] = real(runtime, api_names, reading, nvtx, step_ranges, devices, mpi)
@@ -68,7 +68,7 @@ def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch
         every = a.trace.osrt(None)
     runtime, api_names, nvtx, step_ranges, devices = calls["args"]
     every_idle = every[A._during_idle(every, devices)].reset_index(drop=True)
-    expected = real(runtime, api_names, lambda threads, keep: every_idle, nvtx, step_ranges, devices)
+    expected = real(runtime, api_names, lambda threads, keep, keep_time: every_idle, nvtx, step_ranges, devices)
     pd.testing.assert_frame_equal(calls["host"], expected)
     assert (calls["host"]["level"] == A.OS_ACTIVE).any()  # OS runtime causes are there to compare
     assert 0 < len(calls["read"]) <= len(every_idle) < len(every)

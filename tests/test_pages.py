@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_TRACES, kernels_with_changing_steady_columns, per_file_fixtures, shared_trace, use_reader
+from conftest import (SHARED_TRACES, fixture_trace, kernels_with_changing_steady_columns, per_file_fixtures, shared_trace,
+                      use_reader)
 from tiny import TinyTrace, gtid
 from nsysanalyze.errors import InputError
 from nsysanalyze.trace import Trace, pages, tables
@@ -37,9 +38,9 @@ def loaded_by_pages(path, monkeypatch) -> tuple[dict[str, pd.DataFrame], dict[st
     how: dict[str, str] = {}
     decode = pages.TablePages.decode
 
-    def counting(self, numbers, fields, rowids=None):
+    def counting(self, numbers, fields, rowids=None, early=None):
         try:
-            result = decode(self, numbers, fields, rowids)
+            result = decode(self, numbers, fields, rowids, early)
         except pages.Unsupported:
             how[self.table] = "sql"
             raise
@@ -155,6 +156,44 @@ def test_rowids_of_every_varint_length(tmp_path, largest):
         table.close()
 
 
+@pytest.mark.parametrize("rowids", [None, (1500, 3000)])
+def test_a_time_test_before_the_other_columns_keeps_the_same_rows(monkeypatch, rowids):
+    """The real ResNet-18 export's OS runtime calls: with ``keep_time`` (a test on start and end that every kept
+    row passes) the page reader decodes the other columns of fewer rows, and gives the rows ``keep`` alone gives,
+    as the SQL reader does (also within a rowid range)."""
+    path = fixture_trace("resnet18_baseline.sqlite")
+    exprs = {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"}
+    where = tables.Where(("end", "start", "globalTid", "nameId"))
+
+    def time_test(s, e):  # a third of the calls (any test on the two times would do)
+        return (s % 3 == 0) | (e - s > 20_000)
+
+    def keep(chunk):
+        return time_test(chunk["start"], chunk["end"]) & (chunk["nameId"] != 370)
+
+    decoded = []
+    decode = pages.TablePages.decode
+
+    def counting(self, numbers, fields, rowids=None, early=None):
+        values, nulls = decode(self, numbers, fields, rowids, early)
+        decoded.append((early is not None, len(values[0])))
+        return values, nulls
+
+    monkeypatch.setattr(pages.TablePages, "decode", counting)
+    with Trace(path) as trace:
+        alone = tables.fetch_columns(trace.conn, tables.OSRT, exprs, where, keep=keep, rowids=rowids)
+        read_alone = sum(n for _, n in decoded)
+        decoded.clear()
+        tested = tables.fetch_columns(trace.conn, tables.OSRT, exprs, where, keep=keep, rowids=rowids,
+                                      keep_time=time_test)
+        monkeypatch.setattr(tables, "PAGES", False)
+        by_sql = tables.fetch_columns(trace.conn, tables.OSRT, exprs, where, keep=keep, rowids=rowids,
+                                      keep_time=time_test)
+    pd.testing.assert_frame_equal(tested, alone)
+    pd.testing.assert_frame_equal(by_sql, alone)
+    assert all(early for early, _ in decoded) and 0 < len(alone) < sum(n for _, n in decoded) < read_alone / 2
+
+
 def test_a_filter_by_ids_and_constant_expressions(tmp_path):
     """Unit test on a file built here: ``within`` keeps the rows whose value is among the ids (a NULL never is),
     an empty id list keeps none, and a constant expression is that integer in every row."""
@@ -208,9 +247,9 @@ def test_overflow_pages_added_columns_and_long_headers_go_to_sql(tmp_path, monke
     reasons = []
     decode = pages.TablePages.decode
 
-    def recording(self, numbers, fields, rowids=None):
+    def recording(self, numbers, fields, rowids=None, early=None):
         try:
-            return decode(self, numbers, fields, rowids)
+            return decode(self, numbers, fields, rowids, early)
         except pages.Unsupported as e:
             reasons.append(str(e))
             raise
@@ -284,7 +323,7 @@ def test_rowid_ranges_read_only_their_pages(tmp_path, monkeypatch, page_size):
     exprs = {"start": "start", "value": "value"}
     decoded = []
     decode = pages.TablePages.decode
-    monkeypatch.setattr(pages.TablePages, "decode", lambda self, p, f, r=None: decoded.append(p.size) or decode(self, p, f, r))
+    monkeypatch.setattr(pages.TablePages, "decode", lambda self, p, f, r=None, early=None: decoded.append(p.size) or decode(self, p, f, r, early))
     leaves = tables._page_plan(conn, "t", exprs, tables.TIMED).table.leaves.size
     for lo, hi in [(1, 2), (1, 30_001), (0, 10**12), (777, 778), (12_345, 23_456), (30_000, 30_001), (40_000, 50_000),
                    (5, 5), (9, 3)]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -132,11 +133,14 @@ class TablePages:
             upper = np.concatenate((keys, upper))[order]
 
     def decode(self, pages: np.ndarray, fields: list[int], rowids: tuple[int, int] | None = None,
+               early: tuple[int, int, Callable[[np.ndarray, np.ndarray], np.ndarray]] | None = None,
                ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
         """Per asked field (record field index, i.e. the column's position in the table), the int64 values
         of every row of these leaf pages (a read-only broadcast view where every row holds one value that is stored
         in no bytes: 0, 1 or NULL), and a bool mask of the rows where it is NULL (0 in the values; None: none is);
-        ``rowids`` (lo, hi): only the rows with lo <= rowid < hi."""
+        ``rowids`` (lo, hi): only the rows with lo <= rowid < hi. ``early`` (start field, end field, test: their
+        values -> row mask, both among ``fields``): only the rows the test keeps are decoded past those fields
+        (and returned)."""
         self._check_pages(pages)
         buf = self._read(pages)
         base = np.arange(pages.size, dtype=np.int64) * self.page_size
@@ -148,7 +152,7 @@ class TablePages:
         inside = None
         if rowids is not None:
             rowid = _varint_value(buf, record, rowid_len)
-            inside = np.flatnonzero((rowid >= rowids[0]) & (rowid < rowids[1]))
+            inside = (rowid >= rowids[0]) & (rowid < rowids[1])
         record += rowid_len
         record_end = record + payload
         if (payload > self.usable - 35).any() or (record_end > base[cell_page] + self.usable).any():
@@ -164,6 +168,7 @@ class TablePages:
         zero, one = buf.size - PADDING, buf.size - 16
         buf[-9] = 1
         got: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        test_after = max(early[0], early[1]) if early is not None else -1
         for j in range(need):
             if (offset > record_end).any():  # checked before each field's read: no position leaves its cell
                 raise Unsupported("a field past its record")
@@ -190,10 +195,17 @@ class TablePages:
                     at = np.where(size > 0, offset, np.where(kind == 9, one, zero))
                     got[j] = _shifted(words, at, VALUE_SHIFT[kind]), kind == 0
             offset += size
+            if j == test_after:  # the rest only for the rows the test (and the rowid range) keeps
+                rows = early[2](got[early[0]][0], got[early[1]][0])
+                rows = np.flatnonzero(rows if inside is None else rows & inside)
+                inside = None
+                record, record_end, offset, types = record[rows], record_end[rows], offset[rows], types[rows]
+                got = {f: (v[rows], None if z is None else z[rows]) for f, (v, z) in got.items()}
         if (offset > record_end).any():
             raise Unsupported("a field past its record")
         if inside is not None:
-            got = {j: (v[inside], None if z is None else z[inside]) for j, (v, z) in got.items()}
+            rows = np.flatnonzero(inside)
+            got = {j: (v[rows], None if z is None else z[rows]) for j, (v, z) in got.items()}
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
 
 

@@ -104,10 +104,11 @@ class Trace:
         """StringIds ids of NCCL kernel names (``ncclKernel_*``, ``ncclDevKernel_*``)."""
         return tables.string_ids_like(self.conn, self.schema, "nccl%")
 
-    def osrt(self, names: tuple[str, ...] | None = ("munmap",), threads=None, keep=None) -> pd.DataFrame:
+    def osrt(self, names: tuple[str, ...] | None = ("munmap",), threads=None, keep=None, keep_time=None) -> pd.DataFrame:
         """OS runtime calls (start, end, globalTid, name) with these names (None: every call), on ``threads``
-        (globalTids; None: every thread), those ``keep`` selects chunk by chunk (:func:`tables.osrt_calls`)."""
-        return tables.osrt_calls(self.conn, self.schema, names, threads, keep)
+        (globalTids; None: every thread), those ``keep`` selects chunk by chunk (``keep_time``: a test on start
+        and end that each of them passes; :func:`tables.osrt_calls`)."""
+        return tables.osrt_calls(self.conn, self.schema, names, threads, keep, keep_time)
 
     @cached_property
     def mpi(self) -> pd.DataFrame:

@@ -129,7 +129,8 @@ TIMED = Where(not_null=("end", "start"))  # rows with both times: every event ta
 def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], where: str | Where = "1",
                   chunk_rows: int | None = None, workers: int | None = None, small=(), steady=(),
                   keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
-                  rowids: tuple[int, int] | None = None) -> pd.DataFrame:
+                  rowids: tuple[int, int] | None = None,
+                  keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> pd.DataFrame:
     """Integer columns (SQL expressions that are never NULL) of the rows of ``table`` matching ``where``, in rowid order.
 
     Two readers give the same values. With a :class:`Where` filter and expressions that are columns, COALESCE of a
@@ -149,7 +150,10 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     column that differs in a chunk is sent as text from that chunk on. A steady column that holds one value in
     every row comes back as a read-only broadcast view of that value (no memory: 4 or 8 bytes a row saved).
     ``keep`` (columns of one chunk by name -> mask of the rows to keep) filters each chunk as it arrives, so
-    only the kept rows are ever held together. ``rowids`` (lo, hi) reads only the rows with lo <= rowid < hi.
+    only the kept rows are ever held together. ``keep_time`` (start, end arrays -> row mask), with ``keep``: a
+    condition every row ``keep`` keeps meets, on the "start" and "end" columns alone; the page reader tests it
+    before it decodes a row's other columns (the SQL reader needs none: ``keep`` decides). ``rowids`` (lo, hi)
+    reads only the rows with lo <= rowid < hi.
     """
     names = list(exprs)
     sql_where = where.sql if isinstance(where, Where) else where
@@ -175,7 +179,8 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     plan = _page_plan(conn, table, exprs, where) if PAGES and sized and isinstance(where, Where) else None
     if plan is not None:
         try:
-            columns = _PageChunks(plan, names, where, steady, rowids).read(capacity, small, keep, workers, table)
+            chunks = _PageChunks(plan, names, where, steady, rowids, keep_time)
+            columns = chunks.read(capacity, small, keep, workers, table)
         except pages.Unsupported:
             columns = None
         finally:
@@ -378,9 +383,14 @@ def _page_plan(conn: sqlite3.Connection, table: str, exprs: dict[str, str], wher
 class _PageChunks:
     """The page reader of :func:`fetch_columns`: one block of leaf pages per chunk, decoded by trace/pages.py."""
 
-    def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady, rowids: tuple[int, int] | None):
+    def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady, rowids: tuple[int, int] | None,
+                 keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
         self.plan, self.names, self.where, self.steady, self.rowids = plan, names, where, set(steady), rowids
         self.fields = sorted({f for f in plan.field.values() if f is not None})
+        # the time test before the other fields: on start and end read as plain columns that may not be NULL
+        timed = keep_time is not None and {"start", "end"} <= set(where.not_null) and all(
+            plan.field.get(c) is not None and plan.default.get(c) is None for c in ("start", "end"))
+        self.early = (plan.field["start"], plan.field["end"], keep_time) if timed else None
         self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES, rowids)
         self.within = [(plan.field[f"where:{c}"], np.asarray(ids, dtype=np.int64)) for c, ids in where.within]
 
@@ -393,7 +403,7 @@ class _PageChunks:
     def chunk(self, block: np.ndarray) -> list[np.ndarray]:
         """One block of leaf pages decoded: the rows ``where`` keeps, each expression's column."""
         plan, fields = self.plan, self.fields
-        values, nulls = plan.table.decode(block, fields, self.rowids)
+        values, nulls = plan.table.decode(block, fields, self.rowids, self.early)
         by_field = {f: (v, z) for f, v, z in zip(fields, values, nulls)}
         n = len(values[0])
         rows = np.ones(n, dtype=bool)
@@ -679,12 +689,14 @@ def nvtx_event_type_counts(conn: sqlite3.Connection, schema: Schema) -> dict[int
 
 
 def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None, threads=None,
-               keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None) -> pd.DataFrame:
+               keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+               keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> pd.DataFrame:
     """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name
     (categorical: a trace's millions of calls have a few dozen names). ``threads`` (globalTids) keeps only
     the calls of those threads (in SQL); ``keep`` (start, end, globalTid arrays of a chunk -> row mask) filters
-    each chunk as it is read (:func:`fetch_columns`), so only the kept calls are ever held. Read column-wise;
-    the names once per distinct nameId; calls whose nameId has no string are left out."""
+    each chunk as it is read, ``keep_time`` (start, end -> row mask: a test every kept call passes) before a
+    call's other columns are decoded (:func:`fetch_columns`), so only the kept calls are ever held. Read
+    column-wise; the names once per distinct nameId; calls whose nameId has no string are left out."""
     columns = ["start", "end", "globalTid", "name"]
     empty = pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
     if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
@@ -702,7 +714,7 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
         within.append(("globalTid", _ids(threads)))
     where = Where(("end", "start", "globalTid", "nameId"), tuple(within))
     df = fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
-                       where, small=("nameId",), steady=("globalTid",), keep=keep)
+                       where, small=("nameId",), steady=("globalTid",), keep=keep, keep_time=keep_time)
     name_id = df.pop("nameId").to_numpy()
     found = strings(conn, schema, np.unique(name_id))
     ids = np.array(sorted(found), dtype=np.int64)
