@@ -3,7 +3,7 @@
 An nsys event table (kernels, runtime calls, OS runtime calls, ...) holds integers only. SQLite decodes them
 and :func:`tables.fetch_columns` moves them to numpy as ``group_concat`` text: ~90-125 ns per value, most of
 a run's time on a large export. This module decodes the same values from the file's pages, a block of leaf
-pages at a time, in ~30-40 ns per value (bench/RESULTS.md, session 7), following the documented file format
+pages at a time, in ~20-35 ns per value (bench/RESULTS.md, sessions 7 and 8), following the documented file format
 (https://www.sqlite.org/fileformat2.html, sections 1.3 "The Database Header", 1.6 "B-tree Pages" and 2.1
 "Record Format"): leaf pages in b-tree order are the rows in rowid order; a leaf cell is a payload-size
 varint, a rowid varint and a record; a record is a header of serial types (one byte each for integers)
