@@ -282,7 +282,7 @@ def dense_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 def factorize_sorted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``pd.factorize(values, sort=True)`` as (int64 codes, uniques). Integers whose range is below
     max(2 x rows, 2^20) go through a table of that range instead of a hash and a sort: 8 bytes a row (the
-    codes) and a block's temporaries, against ~24-35 bytes a row for factorize's codes and their reordering."""
+    codes) and a block's temporaries, against ~24 bytes a row for factorize's codes and their reordering."""
     if values.dtype.kind in "iu" and values.size:
         low, high = values.min(), values.max()
         span = int(high) - int(low) + 1
