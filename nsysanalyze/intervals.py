@@ -279,26 +279,6 @@ def dense_codes(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), np.where(codes >= 0, index[np.maximum(codes, 0)], codes)
 
 
-def factorize_sorted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``pd.factorize(values, sort=True)`` as (int64 codes, uniques). Integers whose range is below
-    max(2 x rows, 2^20) go through a table of that range instead of a hash and a sort: 8 bytes a row (the
-    codes) and a block's temporaries, against ~24 bytes a row for factorize's codes and their reordering."""
-    if values.dtype.kind in "iu" and values.size:
-        low, high = values.min(), values.max()
-        span = int(high) - int(low) + 1
-        if span <= max(2 * values.size, 1 << 20):
-            present = np.zeros(span, dtype=bool)
-            for r in row_blocks(values.size):
-                present[np.subtract(values[r], low, dtype=np.intp)] = True
-            index = np.cumsum(present, dtype=np.int64) - 1  # a value's code: values below it that occur
-            code = np.empty(values.size, dtype=np.int64)
-            for r in row_blocks(values.size):
-                code[r] = index[np.subtract(values[r], low, dtype=np.intp)]
-            return code, (np.flatnonzero(present) + int(low)).astype(values.dtype)
-    code, uniques = pd.factorize(values, sort=True)
-    return code.astype(np.int64, copy=False), np.asarray(uniques)
-
-
 def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Group of each row of the key arrays as a dense code 0..g-1 (groups in sorted key order), and each
     key's value per group. A key with one value costs one compare pass, not a hash."""
@@ -310,9 +290,9 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         if n == 0 or bool((k == k[0]).all()):
             uniques.append(k[:1])
             continue
-        c, u = factorize_sorted(k)
-        code = c if code is None else code * len(u) + c
-        uniques.append(u)
+        c, u = pd.factorize(k, sort=True)
+        code = c.astype(np.int64, copy=False) if code is None else code * len(u) + c
+        uniques.append(np.asarray(u))
         varying += 1
     size = int(np.prod([len(u) for u in uniques], dtype=np.int64)) if n else 0
     if code is None or size <= 1:

@@ -158,24 +158,6 @@ def test_overlapping_matches_brute_force(iv, calls):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(-(1 << 40), 1 << 40), min_size=1, max_size=40), st.sampled_from(["int8", "int16", "int32", "int64", "uint16"]),
-       st.integers(0, 3))
-def test_factorize_sorted_equals_pandas(values, dtype, spread):
-    """``factorize_sorted``: the codes and uniques (and their dtype) of ``pd.factorize(sort=True)``, through the
-    table of a small range (ids near each other, negatives and narrow dtypes included) or the hash for a wide one."""
-    import pandas as pd
-
-    from nsysanalyze.intervals import factorize_sorted
-    info = np.iinfo(dtype)
-    wrap = 1 << (8 * np.dtype(dtype).itemsize)
-    v = np.array([(x >> (spread * 12)) % wrap + info.min for x in values]).astype(dtype)
-    code, uniques = factorize_sorted(v)
-    want_code, want_uniques = pd.factorize(v, sort=True)
-    assert code.dtype == np.int64 and code.tolist() == want_code.tolist()
-    assert uniques.dtype == v.dtype and uniques.tolist() == np.asarray(want_uniques).tolist()
-
-
-@settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-50, 50), max_size=30), st.lists(st.integers(-60, 60), max_size=40),
        st.sampled_from(["left", "right"]))
 def test_searchsorted_sorted_equals_numpy(a, v, side):
