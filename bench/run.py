@@ -10,7 +10,10 @@ copy because they write next to (nsys stats) or into (nsys-ai) their input; nsys
 copy (its first run: it builds its cache into and beside the file) and ``--nsys-ai-runs`` more times on
 that copy (cached). Every command
 runs under ``/usr/bin/time -f '%e %M'``: wall seconds and peak RSS. The file is read once first so
-every tool starts from a warm page cache; copying is not timed. Prints a markdown table with the
+every tool starts from a warm page cache; copying is not timed. nsysanalyze and nsys stats take turns,
+one run each per round (``--runs`` rounds, medians), so a machine whose speed drifts slows both alike;
+``--before DIR`` adds another checkout's nsysanalyze to each round (e.g. ``git archive REV | tar -x -C DIR``:
+the session start), for before/after in the same rounds. Prints a markdown table with the
 ratios (tool / nsysanalyze) and writes the raw figures as JSON to bench/out/ (after each file).
 ``--tools`` picks a subset (nsys-ai takes minutes from 1M activities on).
 """
@@ -34,12 +37,12 @@ NSYS_LOCAL = ROOT.parent / "shared" / "tools" / "nsys-local.sh"
 NSYS_AI = Path("/work/bench_venv/bin/nsys-ai")
 
 
-def timed(cmd: list[str], cwd: Path, timeout: float) -> dict:
-    """Run ``cmd`` under /usr/bin/time; wall seconds, CPU seconds (user + system), peak RSS (MB), exit code,
-    last stderr line."""
+def timed(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None) -> dict:
+    """Run ``cmd`` (in ``cwd``, with ``env``: default this process's) under /usr/bin/time; wall seconds, CPU
+    seconds (user + system), peak RSS (MB), exit code, last stderr line."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         # its own process group, so a timeout stops the tool itself, not only /usr/bin/time
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M %U %S", "-o", tf.name, *cmd], cwd=cwd,
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M %U %S", "-o", tf.name, *cmd], cwd=cwd, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             _, stderr = proc.communicate(timeout=timeout)
@@ -92,14 +95,23 @@ def bench(path: Path, args) -> dict:
         while f.read(1 << 24):
             pass
     out = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "gpu_activities": gpu_activities(path), "tools": {}}
-    cmd = [sys.executable, "-m", "nsysanalyze"]  # run from ROOT: this checkout's package
-    if "nsysanalyze" in args.tools:
-        out["tools"]["nsysanalyze"] = median_run(
-            [timed([*cmd, "diagnose", "--format", "json", str(path)], ROOT, args.timeout) for _ in range(args.runs)])
+    diagnose = [sys.executable, "-m", "nsysanalyze", "diagnose", "--format", "json", str(path)]
+    turns = []  # (tool, one run of it): each round runs every tool once
+    if "nsysanalyze" in args.tools:  # run from ROOT: this checkout's package
+        turns.append(("nsysanalyze", lambda: timed(diagnose, ROOT, args.timeout)))
+    if args.before:  # from its own folder, first on the path: that checkout's package
+        before = args.before.resolve()
+        turns.append((f"nsysanalyze ({before.name})",
+                      lambda: timed(diagnose, before, args.timeout, {**os.environ, "PYTHONPATH": str(before)})))
     if "nsys-stats" in args.tools:
-        out["tools"]["nsys stats"] = median_run([on_copy(path, work, lambda p: [
+        turns.append(("nsys stats", lambda: on_copy(path, work, lambda p: [
             "bash", str(NSYS_LOCAL), "nsys", "stats", "-r", "cuda_gpu_kern_sum,cuda_gpu_mem_size_sum", str(p)],
-            args.timeout)[0] for _ in range(args.runs)])
+            args.timeout)[0]))
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.runs):
+        for tool, run in turns:
+            runs.setdefault(tool, []).append(run())
+    out["tools"].update({tool: median_run(r) for tool, r in runs.items()})
     if "nsys-ai" in args.tools:  # a first run on a fresh copy, then runs that find its cache
         runs = on_copy(path, work, lambda p: [str(args.nsys_ai), "diagnose", str(p)], args.nsys_ai_timeout,
                        1 + args.nsys_ai_runs)
@@ -128,7 +140,8 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
-    ap.add_argument("--runs", type=int, default=3, help="runs of nsysanalyze and nsys stats (median wall, max RSS)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds of nsysanalyze and nsys stats, taking turns (median wall, max RSS)")
+    ap.add_argument("--before", type=Path, help="another checkout whose nsysanalyze also runs in each round")
     ap.add_argument("--nsys-ai-runs", type=int, default=1, help="cached runs of nsys-ai after its first run")
     ap.add_argument("--nsys-ai", type=Path, default=NSYS_AI, help="nsys-ai executable (its own venv)")
     ap.add_argument("--timeout", type=float, default=600)
