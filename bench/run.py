@@ -11,7 +11,8 @@ copy (its first run: it builds its cache into and beside the file) and ``--nsys-
 that copy (cached). Every command
 runs under ``/usr/bin/time -f '%e %M'``: wall seconds and peak RSS. The file is read once first so
 every tool starts from a warm page cache; copying is not timed. nsysanalyze and nsys stats take turns,
-one run each per round (``--runs`` rounds, medians), so a machine whose speed drifts slows both alike;
+one run each per round, in reversed order every other round (``--runs`` rounds, medians), so a machine whose
+speed drifts slows them alike and none always runs first;
 ``--before DIR`` adds another checkout's nsysanalyze to each round (e.g. ``git archive REV | tar -x -C DIR``:
 the session start), for before/after in the same rounds. Prints a markdown table with the
 ratios (tool / nsysanalyze) and writes the raw figures as JSON to bench/out/ (after each file).
@@ -108,8 +109,8 @@ def bench(path: Path, args) -> dict:
             "bash", str(NSYS_LOCAL), "nsys", "stats", "-r", "cuda_gpu_kern_sum,cuda_gpu_mem_size_sum", str(p)],
             args.timeout)[0]))
     runs: dict[str, list[dict]] = {}
-    for _ in range(args.runs):
-        for tool, run in turns:
+    for i in range(args.runs):
+        for tool, run in turns if i % 2 == 0 else turns[::-1]:  # ABBA: no tool always runs first
             runs.setdefault(tool, []).append(run())
     out["tools"].update({tool: median_run(r) for tool, r in runs.items()})
     if "nsys-ai" in args.tools:  # a first run on a fresh copy, then runs that find its cache
