@@ -56,7 +56,8 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
-                        median_per_group, overlapping, row_blocks, searchsorted_sorted, union, unique_sorted)
+                        median_per_group, overlapping, row_blocks, searchsorted_sorted, union, union_of,
+                        unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
 from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
@@ -135,12 +136,7 @@ def _warmup_range(names: pd.Series) -> pd.Series:
 
 def _idle_of_any(devices: dict[int, list[tuple]]) -> tuple[np.ndarray, np.ndarray]:
     """The union of every process's GPU idle (``devices``: :func:`idle_by_process`): (starts, ends) ns."""
-    parts = [p for per in devices.values() for p in per]
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return union(np.concatenate([s for s, _ in parts]), np.concatenate([e for _, e in parts]))
+    return union_of(*[part for per in devices.values() for part in per])
 
 
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],

@@ -200,13 +200,17 @@ class TablePages:
                 rows = np.flatnonzero(rows if inside is None else rows & inside)
                 inside = None
                 record, record_end, offset, types = record[rows], record_end[rows], offset[rows], types[rows]
-                got = {f: (v[rows], None if z is None else z[rows]) for f, (v, z) in got.items()}
+                got = _rows_of(got, rows)
         if (offset > record_end).any():
             raise Unsupported("a field past its record")
         if inside is not None:
-            rows = np.flatnonzero(inside)
-            got = {j: (v[rows], None if z is None else z[rows]) for j, (v, z) in got.items()}
+            got = _rows_of(got, np.flatnonzero(inside))
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
+
+
+def _rows_of(got: dict[int, tuple[np.ndarray, np.ndarray | None]], rows: np.ndarray) -> dict:
+    """The decoded fields (values, NULL mask or None) at these rows only."""
+    return {f: (v[rows], None if z is None else z[rows]) for f, (v, z) in got.items()}
 
 
 def _words(buf: np.ndarray) -> np.ndarray:
@@ -240,11 +244,10 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 
 def _be(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """Unsigned big-endian integers of ``width`` bytes at ``pos``."""
-    value = np.zeros(pos.shape, dtype=np.int64)
-    for k in range(width):
-        value = (value << 8) | buf[pos + k]
-    return value
+    """Unsigned big-endian integers of ``width`` (2 or 4) bytes at ``pos``, as int64: one gather through a
+    big-endian view of ``buf`` at every byte."""
+    view = np.ndarray(shape=(max(buf.size - width + 1, 0),), dtype=f">u{width}", buffer=buf, strides=(1,))
+    return view[pos].astype(np.int64)
 
 
 def _cell_offsets(buf: np.ndarray, base: np.ndarray, header: int, usable: int) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +260,7 @@ def _cell_offsets(buf: np.ndarray, base: np.ndarray, header: int, usable: int) -
     cell_base = base[page]
     # cell k's pointer: 2 bytes at its page's header end + 2 * (k - the page's first cell)
     at = np.repeat(base + header - 2 * (np.cumsum(count) - count), count) + 2 * np.arange(page.size)
-    pointer = np.ndarray(shape=(max(buf.size - 1, 0),), dtype=">u2", buffer=buf, strides=(1,))[at].astype(np.int64)
+    pointer = _be(buf, at, 2)
     if page.size and ((pointer < header) | (pointer > usable - 4)).any():
         raise Unsupported("cell pointer past its page")
     cell_base += pointer
