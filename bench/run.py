@@ -14,13 +14,16 @@ every tool starts from a warm page cache; copying is not timed. nsysanalyze and 
 one run each per round, in reversed order every other round (``--runs`` rounds, medians), so a machine whose
 speed drifts slows them alike and none always runs first;
 ``--before DIR`` adds another checkout's nsysanalyze to each round (e.g. ``git archive REV | tar -x -C DIR``:
-the session start), for before/after in the same rounds. Prints a markdown table with the
+the session start), for before/after in the same rounds. Both checkouts' modules are byte-compiled first (as an
+installed package's are), so neither pays for compiling its source when the environment sets
+PYTHONDONTWRITEBYTECODE. Prints a markdown table with the
 ratios (tool / nsysanalyze) and writes the raw figures as JSON to bench/out/ (after each file).
 ``--tools`` picks a subset (nsys-ai takes minutes from 1M activities on).
 """
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -98,6 +101,9 @@ def bench(path: Path, args) -> dict:
     out = {"file": str(path), "size_mb": path.stat().st_size / 1e6, "gpu_activities": gpu_activities(path), "tools": {}}
     diagnose = [sys.executable, "-m", "nsysanalyze", "diagnose", "--format", "json", str(path)]
     turns = []  # (tool, one run of it): each round runs every tool once
+    for tree in (ROOT, args.before):  # bytecode, as an installed package has it (PYTHONDONTWRITEBYTECODE may be set)
+        if tree:
+            compileall.compile_dir(tree / "nsysanalyze", quiet=1)
     if "nsysanalyze" in args.tools:  # run from ROOT: this checkout's package
         turns.append(("nsysanalyze", lambda: timed(diagnose, ROOT, args.timeout)))
     if args.before:  # from its own folder, first on the path: that checkout's package
