@@ -555,9 +555,9 @@ def test_saved_report_whose_summary_is_not_an_object(tmp_path):
 
 @pytest.mark.parametrize("last_duration, refused", [(1 << 62, True), (1 << 61, False)])
 def test_duration_totals_are_checked_to_the_last_row(last_duration, refused):
-    """check_summable adds durations a block at a time: a frame (built here, no trace) of just over three
-    blocks whose only non-zero duration is the last row's, at and below the 2**62 bound."""
-    n = 3 * tables.SUM_BLOCK + 5
+    """check_summable adds the durations of every row: a frame (built here, no trace) of 3,145,733 rows whose
+    only non-zero duration is the last row's, at and below the 2**62 bound."""
+    n = 3 * (1 << 20) + 5
     end = np.zeros(n, dtype=np.int64)
     end[-1] = last_duration
     frame = pd.DataFrame({"start": np.zeros(n, dtype=np.int64), "end": end})
