@@ -109,7 +109,7 @@ def bench(path: Path, args) -> dict:
     if args.before:  # from its own folder, first on the path: that checkout's package
         before = args.before.resolve()
         turns.append((f"nsysanalyze ({before.name})",
-                      lambda: timed(diagnose, before, args.timeout, {**os.environ, "PYTHONPATH": str(before)})))
+                      lambda: timed(diagnose, before, args.timeout, {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(before), os.environ.get("PYTHONPATH")]))})))
     if "nsys-stats" in args.tools:
         turns.append(("nsys stats", lambda: on_copy(path, work, lambda p: [
             "bash", str(NSYS_LOCAL), "nsys", "stats", "-r", "cuda_gpu_kern_sum,cuda_gpu_mem_size_sum", str(p)],
