@@ -39,7 +39,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .intervals import BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, lanes_per_batch
+from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, lanes_per_batch,
+                        searchsorted_sorted)
 from .trace.tables import pid_of
 
 STALL_FACTOR = 2.0  # a steady step this many times the median one is a stall (epoch boundary, checkpoint)
@@ -373,20 +374,29 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
     stride = max(int(times.max()), int(r_end.max())) - lo + 1
     per_batch = lanes_per_batch(stride)
     for first in range(0, lanes.size, per_batch):
-        sel = np.flatnonzero((r_lane >= first) & (r_lane < first + per_batch))
-        shift = (r_lane[sel] - first) * stride - lo
-        order = np.argsort(r_start[sel] + shift, kind="stable")
-        sel, shift = sel[order], shift[order]
-        starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
         batch = lanes[first:first + per_batch]
+        sel = np.flatnonzero((r_lane >= first) & (r_lane < first + per_batch))
+        shift = (r_lane[sel] - first) * stride - lo if batch.size > 1 else 0  # one lane: times as they are
+        order = np.argsort(r_start[sel] + shift, kind="stable")
+        sel = sel[order]
+        shift = shift[order] if batch.size > 1 else 0
+        starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
         for lo_t in range(0, times.size, BLOCK):
-            key_t = tids[lo_t:lo_t + BLOCK]
-            lane = np.minimum(np.searchsorted(batch, key_t), batch.size - 1)
-            on = np.flatnonzero(batch[lane] == key_t)
-            t = times[lo_t:lo_t + BLOCK][on] + (lane[on] * stride - lo)
-            k = np.searchsorted(starts, t, side="right") - 1
+            key_t, t = tids[lo_t:lo_t + BLOCK], times[lo_t:lo_t + BLOCK]
+            if batch.size == 1:
+                on = key_t == batch[0]
+                on = None if on.all() else np.flatnonzero(on)  # None: every time (one thread or process)
+            else:
+                lane = np.minimum(np.searchsorted(batch, key_t), batch.size - 1)
+                on = np.flatnonzero(batch[lane] == key_t)
+                shift = lane[on] * stride - lo
+            if on is not None:
+                t = t[on] + shift
+            k = (searchsorted_sorted(starts, t, side="right") if starts.size < t.size and is_sorted(t) else
+                 np.searchsorted(starts, t, side="right")) - 1
             inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
-            out[lo_t + on[inside]] = labels[k[inside]]
+            rows = np.flatnonzero(inside)
+            out[lo_t + (rows if on is None else on[rows])] = labels[k[rows]]
     return out
 
 
