@@ -29,7 +29,7 @@ from .open import open_input
 HEADER_BYTES = 100
 LEAF, INTERIOR = 13, 5          # table b-tree page types
 LEAF_HEADER, INTERIOR_HEADER = 8, 12
-CHUNK_BYTES = 1 << 20           # leaf pages decoded at a time: ~1 MB of pages, ~12k-33k nsys rows
+CHUNK_BYTES = 4 << 20           # leaf pages decoded at a time: ~4 MB of pages, ~50k-130k nsys rows
 # Record serial types 0-127 (one-byte varints): the value's size in bytes. 0 NULL, 1-6 integers of
 # 1, 2, 3, 4, 6, 8 bytes, 7 a float, 8 and 9 the integers 0 and 1, 10-11 reserved, 12+ blobs and text.
 SERIAL_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0] + [(t - 12) // 2 for t in range(12, 128)], dtype=np.int64)
