@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
-                        median_per_group, overlapping, row_blocks, searchsorted_sorted, union, union_of,
+                        median_per_group, overlapping, row_blocks, searchsorted_sorted, union_of,
                         unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
 from .threads import ordered_map
@@ -109,8 +109,7 @@ def idle_by_process(capture: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -
         key = (int(pid), int(dev))
         if key in idle:
             parts.setdefault(key[0], []).append(_idle_within(idle[key], int(a), int(b)))
-    return {pid: p if len(p) == 1 else [union(np.concatenate([s for s, _ in p]), np.concatenate([e for _, e in p]))]
-            for pid, p in parts.items()}
+    return {pid: p if len(p) == 1 else [union_of(*p)] for pid, p in parts.items()}
 
 
 def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
@@ -154,7 +153,9 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     ``keep`` (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose
     calls can be causes (primary and launching threads of processes with GPU idle) and the calls overlapping
     that idle, so the rest are never held; ``keep_time`` (start, end -> mask: overlap with any process's GPU
-    idle) is a test every kept call passes, which a reader may apply before it reads a call's thread; ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid, cpu_start, cpu_end), may be empty;
+    idle) is a test every kept call passes, which a reader may apply before it reads a call's thread;
+    ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid,
+    cpu_start, cpu_end), may be empty;
     ``mpi``: MPI calls (start, end, globalTid, name) of nsys' MPI trace: blocking calls (the host held by the
     library: Open MPI busy-polls, so no OS wait shows), cause = the call's name.
     """
