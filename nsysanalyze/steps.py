@@ -376,22 +376,22 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
     for first in range(0, lanes.size, per_batch):
         batch = lanes[first:first + per_batch]
         sel = np.flatnonzero((r_lane >= first) & (r_lane < first + per_batch))
-        shift = (r_lane[sel] - first) * stride - lo if batch.size > 1 else 0  # one lane: times as they are
-        order = np.argsort(r_start[sel] + shift, kind="stable")
+        range_shift = (r_lane[sel] - first) * stride - lo if batch.size > 1 else 0  # one lane: times as they are
+        order = np.argsort(r_start[sel] + range_shift, kind="stable")
         sel = sel[order]
-        shift = shift[order] if batch.size > 1 else 0
-        starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
+        range_shift = range_shift[order] if batch.size > 1 else 0
+        starts, ends, labels = r_start[sel] + range_shift, r_end[sel] + range_shift, ranges.index.to_numpy()[sel]
         for lo_t in range(0, times.size, BLOCK):
             key_t, t = tids[lo_t:lo_t + BLOCK], times[lo_t:lo_t + BLOCK]
             if batch.size == 1:
                 on = key_t == batch[0]
                 on = None if on.all() else np.flatnonzero(on)  # None: every time (one thread or process)
+                if on is not None:
+                    t = t[on]
             else:
                 lane = np.minimum(np.searchsorted(batch, key_t), batch.size - 1)
                 on = np.flatnonzero(batch[lane] == key_t)
-                shift = lane[on] * stride - lo
-            if on is not None:
-                t = t[on] + shift
+                t = t[on] + (lane[on] * stride - lo)
             k = (searchsorted_sorted(starts, t, side="right") if starts.size < t.size and is_sorted(t) else
                  np.searchsorted(starts, t, side="right")) - 1
             inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
