@@ -108,8 +108,9 @@ def bench(path: Path, args) -> dict:
         turns.append(("nsysanalyze", lambda: timed(diagnose, ROOT, args.timeout)))
     if args.before:  # from its own folder, first on the path: that checkout's package
         before = args.before.resolve()
+        before_path = os.pathsep.join(filter(None, [str(before), os.environ.get("PYTHONPATH")]))  # the rest stays importable
         turns.append((f"nsysanalyze ({before.name})",
-                      lambda: timed(diagnose, before, args.timeout, {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(before), os.environ.get("PYTHONPATH")]))})))
+                      lambda: timed(diagnose, before, args.timeout, {**os.environ, "PYTHONPATH": before_path})))
     if "nsys-stats" in args.tools:
         turns.append(("nsys stats", lambda: on_copy(path, work, lambda p: [
             "bash", str(NSYS_LOCAL), "nsys", "stats", "-r", "cuda_gpu_kern_sum,cuda_gpu_mem_size_sum", str(p)],

@@ -810,7 +810,7 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
                   sorted_times: bool = False) -> np.ndarray:
     """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
     else the one reaching furthest among those started before — or -1. ``sorted_times``: t is sorted (the
-    intervals are then found by a merge when they are fewer than the times)."""
+    intervals are then found by :func:`intervals.searchsorted_sorted`)."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     if is_sorted(starts):
@@ -820,8 +820,7 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
         s, e, lab = starts[order], ends[order], labels[order]
     reach = np.maximum.accumulate(e)
     furthest = _running_argmax(e)
-    k = (searchsorted_sorted(s, t, side="right") if sorted_times and s.size < t.size else
-         np.searchsorted(s, t, side="right")) - 1
+    k = (searchsorted_sorted(s, t, side="right") if sorted_times else np.searchsorted(s, t, side="right")) - 1
     kk = np.maximum(k, 0)
     latest = (k >= 0) & (e[kk] > t)
     outer = (k >= 0) & ~latest & (reach[kk] > t)

@@ -74,8 +74,10 @@ def overlapping(starts: np.ndarray, ends: np.ndarray, iv_starts: np.ndarray, iv_
 
 
 def searchsorted_sorted(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.ndarray:
-    """``np.searchsorted(a, v, side)`` for a sorted ``v`` as well as a sorted ``a``, as a merge: each of a's
-    positions in v (a.size binary searches, not v.size), counted up to every v. Faster when a is the shorter."""
+    """``np.searchsorted(a, v, side)`` for a sorted ``v`` as well as a sorted ``a``. When ``a`` is the shorter, a
+    merge: each of a's positions in v (a.size binary searches, not v.size), counted up to every v."""
+    if a.size >= v.size:
+        return np.searchsorted(a, v, side=side)
     pos = np.searchsorted(v, a, side="left" if side == "right" else "right")
     return np.cumsum(np.bincount(pos, minlength=v.size + 1)[:v.size])
 

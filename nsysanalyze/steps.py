@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted, lanes_per_batch,
-                        searchsorted_sorted)
+from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
+                        lanes_per_batch, searchsorted_sorted)
 from .trace.tables import pid_of
 
 STALL_FACTOR = 2.0  # a steady step this many times the median one is a stall (epoch boundary, checkpoint)
@@ -376,11 +376,11 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
     for first in range(0, lanes.size, per_batch):
         batch = lanes[first:first + per_batch]
         sel = np.flatnonzero((r_lane >= first) & (r_lane < first + per_batch))
-        range_shift = (r_lane[sel] - first) * stride - lo if batch.size > 1 else 0  # one lane: times as they are
-        order = np.argsort(r_start[sel] + range_shift, kind="stable")
-        sel = sel[order]
-        range_shift = range_shift[order] if batch.size > 1 else 0
-        starts, ends, labels = r_start[sel] + range_shift, r_end[sel] + range_shift, ranges.index.to_numpy()[sel]
+        # each lane shifted onto its own stretch of the axis; one lane: the times as they are
+        shift = (r_lane[sel] - first) * stride - lo if batch.size > 1 else np.zeros(sel.size, dtype=np.int64)
+        order = np.argsort(r_start[sel] + shift, kind="stable")
+        sel, shift = sel[order], shift[order]
+        starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
         for lo_t in range(0, times.size, BLOCK):
             key_t, t = tids[lo_t:lo_t + BLOCK], times[lo_t:lo_t + BLOCK]
             if batch.size == 1:
@@ -392,8 +392,8 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
                 lane = np.minimum(np.searchsorted(batch, key_t), batch.size - 1)
                 on = np.flatnonzero(batch[lane] == key_t)
                 t = t[on] + (lane[on] * stride - lo)
-            k = (searchsorted_sorted(starts, t, side="right") if starts.size < t.size and is_sorted(t) else
-                 np.searchsorted(starts, t, side="right")) - 1
+            search = searchsorted_sorted if is_sorted(t) else np.searchsorted
+            k = search(starts, t, side="right") - 1
             inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
             rows = np.flatnonzero(inside)
             out[lo_t + (rows if on is None else on[rows])] = labels[k[rows]]
