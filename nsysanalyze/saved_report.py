@@ -88,6 +88,7 @@ REPORT = {
     "trace": {
         "path": _str,
         "nsys_version": Optional(_opt(_str)),
+        "recorder_nsys_version": Optional(_opt(_str)),
         "schema_version": Optional(_opt(_str)),
         "step_family": Optional(_opt(_str)),
         "processes": [{"globalPid": _int, "pid": _opt(_int), "name": _opt(_str)}],

@@ -513,6 +513,17 @@ def test_fuzz_saved_reports_never_crash_a_consumer(data, small_saved, tmp_path_f
         assert code == 0 or (err.count("\n") == 1 and err.startswith("nsysanalyze: error:")), err
 
 
+@pytest.mark.parametrize("field", ["nsys_version", "recorder_nsys_version"])
+def test_saved_report_whose_nsys_version_is_not_a_string(field, small_saved, tmp_path):
+    """Found by the saved-report fuzzer: "recorder_nsys_version": true crashed ``compare`` (str.startswith of a
+    bool); a version that is not a string or null is one line and exit 2, as for the exporter's version."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(small_saved))
+    bad.write_text(json.dumps({**small_saved, "trace": {**small_saved["trace"], field: True}}))
+    code, err = _run_main(["compare", bad, good])
+    assert code == 2 and err.count("\n") == 1 and f"trace.{field}" in err, err
+
+
 KERNELS = st.lists(st.tuples(st.integers(0, 5_000), st.integers(-40, 400), st.integers(0, 3), st.integers(0, 1)),
                    min_size=1, max_size=60)
 
