@@ -163,7 +163,7 @@ class Analysis:
         """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
         tune_allocator()  # from here on, large arrays are unmapped when freed, every thread on one arena
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets", "_munmap"]
+        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets"]
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
@@ -195,7 +195,9 @@ class Analysis:
         CPU metrics count the calls of every thread of the window's process (PyTorch launches the
         backward pass from autograd threads). The GPU side goes first (per-kernel table, GPU metrics,
         busy unions) so the kernels are released before the host side (CPU metrics, host intervals,
-        attribution) adds its arrays; each loaded table is released once its last use is done.
+        attribution) adds its arrays; each loaded table is released once its last use is done. The OS
+        runtime calls are scanned once: the attribution's candidate causes and every munmap call (the munmap
+        metrics, measured against the GPU idle intervals) come from the same read.
         """
         steps, capture = self._step_windows, self._capture_windows
         capture = capture.assign(globalTid=-1, cpu_start=capture["window_start"], cpu_end=capture["window_end"])
@@ -225,15 +227,22 @@ class Analysis:
         del kernels
         self.__dict__.pop("_memsets", None)
         release_freed_memory()
-        cpu = M.cpu_metrics(windows, runtime, self._munmap, busy)
+        cpu = M.cpu_metrics(windows, runtime)
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
         handed_over = [runtime]
         del runtime  # host_intervals holds the runtime calls' last reference: released before the OS calls are read
-        host = A.host_intervals(handed_over.pop(), self._api_names, self._os_calls, t.nvtx, self._step_ranges[0],
+        scanned = {}
+
+        def os_calls(threads, keep, keep_time):  # one scan of the OS calls: these, and every munmap call
+            scanned["munmap"], calls = t.osrt_and_named(("munmap",), threads, keep, keep_time)
+            return calls
+
+        host = A.host_intervals(handed_over.pop(), self._api_names, os_calls, t.nvtx, self._step_ranges[0],
                                 A.idle_by_process(capture, idle), t.mpi)
+        cpu = pd.concat([cpu, M.munmap_metrics(windows, scanned.pop("munmap"), idle)], axis=1)
         self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
         if self.keep_attribution_inputs:
             self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
@@ -263,22 +272,11 @@ class Analysis:
         """NCCL kernel nameId -> collective kind (metrics.nccl_kind)."""
         return {i: M.nccl_kind(n) for i, n in self.trace.strings(self.trace.nccl_kernel_name_ids).items()}
 
-    def _os_calls(self, threads, keep, keep_time=None) -> pd.DataFrame:
-        """The OS runtime calls (start, end, globalTid, name) on ``threads`` (globalTids, in SQL) that ``keep``
-        selects (``keep_time``: a test on start and end alone that they pass), read a chunk at a time (only
-        those that can be attribution causes are ever held); empty without OSRT."""
-        return self.trace.osrt(None, threads=threads, keep=keep, keep_time=keep_time)
-
     def os_calls(self, window: tuple[int, int]) -> pd.DataFrame:
         """The OS runtime calls (start, end, globalTid, name: categorical) overlapping ``window`` [t0, t1) ns,
         read a chunk at a time; empty without OSRT."""
         t0, t1 = window
         return self.trace.osrt(None, keep=lambda chunk: (chunk["start"] < t1) & (chunk["end"] > t0))
-
-    @cached_property
-    def _munmap(self) -> pd.DataFrame:
-        """Every munmap call (start, end, globalTid, name), selected in SQL: the CPU metrics count them exactly."""
-        return self.trace.osrt(("munmap",))
 
     @cached_property
     def _ledger_rows(self) -> pd.DataFrame:

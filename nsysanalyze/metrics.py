@@ -24,7 +24,7 @@ clipped to the window; counts and bytes are attributed by activity start):
   (``cuModuleLoad*``, ``cuLibraryLoad*``: warm-up), and
   allocations/frees of device or pinned memory
 - munmap_count/munmap_ns: munmap calls in the CPU range; munmap_gpu_idle_ns = GPU idle in the
-  window that coincides with them (|munmap - busy|)
+  window that coincides with them (|munmap - busy| = |munmap ∩ idle|)
 - time_* : a partition of the window (they sum to window_ns) over X = non-NCCL kernels,
   N = NCCL kernels, C = memcpys ∪ memsets: time_compute_only_ns = |X - N - C|,
   time_copy_hidden_ns = |C ∩ (X ∪ N)|, time_copy_exposed_ns = |C - X - N|,
@@ -357,9 +357,8 @@ def _busy_partition(kern: Coverage, ms: np.ndarray, me: np.ndarray, classes: dic
     return out
 
 
-def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataFrame,
-                busy_by_device: dict[tuple[int, int], Coverage]) -> pd.DataFrame:
-    """CPU-side metrics per window row: API call counts/ns and munmap, see the module docstring."""
+def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
+    """CPU-side metrics per window row: cpu_ns and the API call counts/ns, see the module docstring."""
     out = pd.DataFrame(index=windows.index)
     out["cpu_ns"] = (windows["cpu_end"] - windows["cpu_start"]).to_numpy()
     api = pd.Categorical(api_calls["api"])
@@ -372,17 +371,25 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame, munmap: pd.DataF
                         api_calls["end"].to_numpy(), api.codes, columns)
     for name, values in sums.items():
         out[name] = values
+    return out
+
+
+def munmap_metrics(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> pd.DataFrame:
+    """munmap_count, munmap_ns and munmap_gpu_idle_ns per window row (the module docstring); ``idle``: per
+    (globalPid, deviceId) the GPU idle intervals (starts, ends ns), the complement of the busy union over
+    a span holding each of that device's windows (attribution.idle_by_device)."""
+    out = pd.DataFrame(index=windows.index)
     mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(), munmap["end"].to_numpy(),
                       None, {"munmap_count": (None, False), "munmap_ns": (None, True)})
     out["munmap_count"] = mm["munmap_count"]
     out["munmap_ns"] = mm["munmap_ns"]
-    out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, busy_by_device)
+    out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, idle)
     return out
 
 
-def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
-                     busy_by_device: dict[tuple[int, int], Coverage]) -> np.ndarray:
-    """GPU idle ns in each GPU window coinciding with munmap calls of the window's thread/process."""
+def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> np.ndarray:
+    """GPU idle ns in each GPU window coinciding with munmap calls of the window's thread/process:
+    |munmap ∩ idle| inside the window (= |munmap - busy| there: the window lies in the idle's span)."""
     out = np.zeros(len(windows), dtype=np.int64)
     if munmap.empty:
         return out
@@ -394,15 +401,13 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame,
     for (pid, dev, tid), idx in windows.groupby(["globalPid", "deviceId", "globalTid"]).indices.items():
         key = (pid,) if tid < 0 else (tid,)
         groups = by_process if tid < 0 else by_thread
-        busy = busy_by_device.get((pid, dev))
-        if busy is None or key not in groups:
+        gaps = idle.get((pid, dev))
+        if gaps is None or key not in groups:
             continue
         if (tid < 0, key) not in unions:
             rows = groups[key]
             unions[(tid < 0, key)] = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
-        mm = unions[(tid < 0, key)]
-        a, b = w_start[idx], w_end[idx]
-        out[idx] = mm.within(a, b) - intersection_within(mm, busy, a, b)  # |munmap - busy|
+        out[idx] = intersection_within(unions[(tid < 0, key)], Coverage(*gaps, disjoint=True), w_start[idx], w_end[idx])
     return out
 
 
@@ -478,15 +483,6 @@ def _streams_running_others(kernels: pd.DataFrame, pids: np.ndarray, devices: np
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
     """num / den with NaN where den is 0."""
     return num / den.where(den > 0)
-
-
-def window_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
-                   nccl_name_ids: np.ndarray, api_calls: pd.DataFrame, munmap: pd.DataFrame) -> pd.DataFrame:
-    """All metrics per window: the window's own columns, then GPU then CPU metrics."""
-    gpu = gpu_metrics(windows, kernels, memcpys, memsets, nccl_name_ids)
-    busy = busy_coverage(kernels, memcpys, memsets) if len(munmap) else {}  # only munmap needs it
-    cpu = cpu_metrics(windows, api_calls, munmap, busy)
-    return pd.concat([windows, gpu, cpu], axis=1)
 
 
 SUMMARY_MEDIAN_COLUMNS = ["window_ns", "cpu_ns", "idle_fraction", "memcpy_kernel_overlap", "htod_kernel_overlap",

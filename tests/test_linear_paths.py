@@ -189,8 +189,8 @@ def test_step_assignment_and_subranges_equal_one_key_at_a_time(variant, tmp_path
 @pytest.mark.parametrize("rel", ["public/pipit__perlmutter-cloverleaf-cuda.sqlite", "public/kamalchowdhury326__report1.sqlite",
                                  "public/bwyogatama__report1.sqlite", "workers_nonpersistent over 3 devices"])
 def test_munmap_gpu_idle_equals_one_mask_per_window(rel, tmp_path):
-    """metrics._munmap_gpu_idle groups the munmap calls once (one union per process for all of its devices);
-    the reference masks them per window."""
+    """metrics._munmap_gpu_idle groups the munmap calls once (one union per process for all of its devices)
+    and measures them against the GPU idle; the reference masks them per window against the busy union."""
     from nsysanalyze import metrics as M
     from nsysanalyze.intervals import Coverage, intersection_within
     path = (spread_devices(fixture_trace("workers_nonpersistent.sqlite"), tmp_path, 3) if "over" in rel
@@ -209,7 +209,8 @@ def test_munmap_gpu_idle_equals_one_mask_per_window(rel, tmp_path):
         mm = Coverage(munmap["start"].to_numpy()[mine], munmap["end"].to_numpy()[mine])
         a_, b_ = np.array([w.window_start]), np.array([w.window_end])
         expected.append(int((mm.within(a_, b_) - intersection_within(mm, busy[(w.globalPid, w.deviceId)], a_, b_))[0]))
-    assert len(munmap) and M._munmap_gpu_idle(windows, munmap, busy).tolist() == expected
+    idle = A.idle_by_device([windows], busy)  # the pipeline's idle spans more windows: the same idle inside each
+    assert len(munmap) and M._munmap_gpu_idle(windows, munmap, idle).tolist() == expected
     assert summary["munmap_gpu_idle_ns"].tolist() == expected
     if "over" in rel:  # one process, three devices: each device's idle under the process's munmaps
         assert len(windows) == 3 and sum(v > 0 for v in expected) >= 2

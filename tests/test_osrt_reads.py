@@ -7,7 +7,7 @@ import pytest
 
 import nsysanalyze
 from nsysanalyze import attribution as A
-from nsysanalyze.trace import Trace, tables
+from nsysanalyze.trace import Trace, pages, tables
 from conftest import READERS, fixture_trace, use_reader
 from tiny import TinyTrace, gtid
 
@@ -43,6 +43,75 @@ def test_osrt_calls_by_thread_and_kept_chunk_by_chunk(tmp_path, monkeypatch, rea
     assert sum(seen) == 6 and (len(seen) > 1 if reader == "sql" else seen == [6])  # the other thread's call never read
     assert none.empty and list(none.columns) == ["start", "end", "globalTid", "name"]
     assert munmap["start"].tolist() == [30, 50]
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """An OS-call frame with its names as strings (the fused read's categories may hold unused names)."""
+    return frame.assign(name=frame["name"].astype(str)).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_munmap_and_attribution_calls_from_one_scan(tmp_path, monkeypatch, reader):
+    """Unit test on a tiny trace built here (real nsys schema): ``osrt_and_named`` gives what the two reads give
+    — every munmap call (on any thread, at any time) and the calls of ``threads`` that ``keep_time`` and ``keep``
+    select (a munmap among them in both) — in rowid order; the page reader decodes the page once."""
+    use_reader(monkeypatch, reader)
+    t = TinyTrace(tmp_path / "osrt.sqlite")
+    t.process(100)
+    main, helper = gtid(100, 1), gtid(100, 2)
+    for start, end, tid, name in [(10, 20, main, "poll"), (30, 31, helper, "munmap"), (40, 45, main, "munmap"),
+                                  (50, 60, main, "munmap"), (70, 71, main, "pthread_cond_signal"),
+                                  (80, 99, helper, "futex"), (100, 130, main, "read"), (140, 150, main, "read")]:
+        t.osrt(start, end, tid, name)
+    path = t.close()
+    decoded = []
+    decode = pages.TablePages.decode
+
+    def counting(self, numbers, fields, rowids=None, early=None):
+        decoded.append(numbers.size)
+        return decode(self, numbers, fields, rowids, early)
+
+    monkeypatch.setattr(pages.TablePages, "decode", counting)
+
+    def before_135(s, e):
+        return s < 135
+
+    def longer_than_5(cols):
+        return (cols["end"] - cols["start"] > 5) & before_135(cols["start"], cols["end"])
+
+    with Trace(path) as trace:
+        munmap, calls = trace.osrt_and_named(("munmap",), [main], longer_than_5, before_135)
+        fused = len(decoded)
+        alone = trace.osrt(("munmap",)), trace.osrt(None, threads=[main], keep=longer_than_5, keep_time=before_135)
+    assert munmap["start"].tolist() == [30, 40, 50] and munmap["globalTid"].tolist() == [helper, main, main]
+    assert calls["start"].tolist() == [10, 50, 100] and _plain(calls)["name"].tolist() == ["poll", "munmap", "read"]
+    for got, expected in zip((munmap, calls), alone):
+        pd.testing.assert_frame_equal(_plain(got), _plain(expected))
+    assert fused == (1 if reader == "pages" else 0) and len(decoded) == (3 if reader == "pages" else 0)
+
+
+@pytest.mark.parametrize("name", ["compile_warmup.sqlite", "empty_cache_per_step.sqlite", "workers_nonpersistent.sqlite"])
+def test_one_scan_equals_two_reads_on_real_exports(name, monkeypatch):
+    """On real exports with munmap calls: the attribution's own read (its cause threads, kept by GPU idle) and
+    the munmap read, made together in one scan, equal the two reads made apart."""
+    seen = {}
+    real = A.host_intervals
+
+    def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices, mpi=None):
+        def reading(threads, keep, keep_time=None):
+            seen["asked"] = (threads, keep, keep_time)
+            return os_calls(threads, keep, keep_time)
+        return real(runtime, api_names, reading, nvtx, step_ranges, devices, mpi)
+
+    monkeypatch.setattr(A, "host_intervals", spy)
+    with nsysanalyze.open(fixture_trace(name)) as a:
+        a.gaps()
+        threads, keep, keep_time = seen["asked"]
+        munmap, calls = a.trace.osrt_and_named(("munmap",), threads, keep, keep_time)
+        alone = a.trace.osrt(("munmap",)), a.trace.osrt(None, threads=threads, keep=keep, keep_time=keep_time)
+    assert len(munmap) and len(calls)
+    for got, expected in zip((munmap, calls), alone):
+        pd.testing.assert_frame_equal(_plain(got), _plain(expected))
 
 
 @pytest.mark.parametrize("name", ["resnet18_baseline.sqlite", "vit_l32_ddp.sqlite", "tinyops_eager.sqlite"])

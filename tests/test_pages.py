@@ -158,7 +158,7 @@ def test_rowids_of_every_varint_length(tmp_path, largest):
 
 @pytest.mark.parametrize("rowids", [None, (1500, 3000)])
 def test_a_time_test_before_the_other_columns_keeps_the_same_rows(monkeypatch, rowids):
-    """The real ResNet-18 export's OS runtime calls: with ``keep_time`` (a test on start and end that every kept
+    """The real ResNet-18 export's OS runtime calls: with ``early`` (a test on start and end that every kept
     row passes) the page reader decodes the other columns of fewer rows, and gives the rows ``keep`` alone gives,
     as the SQL reader does (also within a rowid range)."""
     path = fixture_trace("resnet18_baseline.sqlite")
@@ -185,10 +185,10 @@ def test_a_time_test_before_the_other_columns_keeps_the_same_rows(monkeypatch, r
         read_alone = sum(n for _, n in decoded)
         decoded.clear()
         tested = tables.fetch_columns(trace.conn, tables.OSRT, exprs, where, keep=keep, rowids=rowids,
-                                      keep_time=time_test)
+                                      early=(("start", "end"), time_test))
         monkeypatch.setattr(tables, "PAGES", False)
         by_sql = tables.fetch_columns(trace.conn, tables.OSRT, exprs, where, keep=keep, rowids=rowids,
-                                      keep_time=time_test)
+                                      early=(("start", "end"), time_test))
     pd.testing.assert_frame_equal(tested, alone)
     pd.testing.assert_frame_equal(by_sql, alone)
     assert all(early for early, _ in decoded) and 0 < len(alone) < sum(n for _, n in decoded) < read_alone / 2

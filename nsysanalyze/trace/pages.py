@@ -133,14 +133,14 @@ class TablePages:
             upper = np.concatenate((keys, upper))[order]
 
     def decode(self, pages: np.ndarray, fields: list[int], rowids: tuple[int, int] | None = None,
-               early: tuple[int, int, Callable[[np.ndarray, np.ndarray], np.ndarray]] | None = None,
+               early: tuple[tuple[int, ...], Callable[..., np.ndarray]] | None = None,
                ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
         """Per asked field (record field index, i.e. the column's position in the table), the int64 values
         of every row of these leaf pages (a read-only broadcast view where every row holds one value that is stored
         in no bytes: 0, 1 or NULL), and a bool mask of the rows where it is NULL (0 in the values; None: none is);
-        ``rowids`` (lo, hi): only the rows with lo <= rowid < hi. ``early`` (start field, end field, test: their
-        values -> row mask, both among ``fields``): only the rows the test keeps are decoded past those fields
-        (and returned)."""
+        ``rowids`` (lo, hi): only the rows with lo <= rowid < hi. ``early`` (test fields, test: their
+        values -> row mask; the fields among ``fields``): only the rows the test keeps are decoded past those
+        fields (and returned)."""
         self._check_pages(pages)
         buf = self._read(pages)
         base = np.arange(pages.size, dtype=np.int64) * self.page_size
@@ -168,7 +168,7 @@ class TablePages:
         zero, one = buf.size - PADDING, buf.size - 16
         buf[-9] = 1
         got: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
-        test_after = max(early[0], early[1]) if early is not None else -1
+        test_after = max(early[0]) if early is not None else -1
         for j in range(need):
             if (offset > record_end).any():  # checked before each field's read: no position leaves its cell
                 raise Unsupported("a field past its record")
@@ -196,7 +196,7 @@ class TablePages:
                     got[j] = _shifted(words, at, VALUE_SHIFT[kind]), kind == 0
             offset += size
             if j == test_after:  # the rest only for the rows the test (and the rowid range) keeps
-                rows = early[2](got[early[0]][0], got[early[1]][0])
+                rows = early[1](*(got[f][0] for f in early[0]))
                 rows = np.flatnonzero(rows if inside is None else rows & inside)
                 inside = None
                 record, record_end, offset, types = record[rows], record_end[rows], offset[rows], types[rows]

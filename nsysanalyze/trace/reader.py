@@ -110,6 +110,11 @@ class Trace:
         and end that each of them passes; :func:`tables.osrt_calls`)."""
         return tables.osrt_calls(self.conn, self.schema, names, threads, keep, keep_time)
 
+    def osrt_and_named(self, names: tuple[str, ...], threads, keep=None, keep_time=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``(osrt(names), osrt(None, threads, keep, keep_time))`` from one scan of the OS runtime calls
+        (:func:`tables.osrt_calls_and_named`)."""
+        return tables.osrt_calls_and_named(self.conn, self.schema, names, threads, keep, keep_time)
+
     @cached_property
     def mpi(self) -> pd.DataFrame:
         return tables.mpi_calls(self.conn, self.schema)

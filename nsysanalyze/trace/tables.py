@@ -130,7 +130,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
                   chunk_rows: int | None = None, workers: int | None = None, small=(), steady=(),
                   keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
                   rowids: tuple[int, int] | None = None,
-                  keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> pd.DataFrame:
+                  early: tuple[tuple[str, ...], Callable[..., np.ndarray]] | None = None) -> pd.DataFrame:
     """Integer columns (SQL expressions that are never NULL) of the rows of ``table`` matching ``where``, in rowid order.
 
     Two readers give the same values. With a :class:`Where` filter and expressions that are columns, COALESCE of a
@@ -150,10 +150,11 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     column that differs in a chunk is sent as text from that chunk on. A steady column that holds one value in
     every row comes back as a read-only broadcast view of that value (no memory: 4 or 8 bytes a row saved).
     ``keep`` (columns of one chunk by name -> mask of the rows to keep) filters each chunk as it arrives, so
-    only the kept rows are ever held together. ``keep_time`` (start, end arrays -> row mask), with ``keep``: a
-    condition every row ``keep`` keeps meets, on the "start" and "end" columns alone; the page reader tests it
-    before it decodes a row's other columns (the SQL reader needs none: ``keep`` decides). ``rowids`` (lo, hi)
-    reads only the rows with lo <= rowid < hi.
+    only the kept rows are ever held together. ``early`` (columns, test: their arrays -> row mask), with
+    ``keep``: a condition every row ``keep`` keeps meets, on those columns alone (plain columns that ``where``
+    keeps from NULL, e.g. start and end); the page reader tests it before it decodes a row's other columns
+    (the SQL reader needs none: ``keep`` decides). ``rowids`` (lo, hi) reads only the rows with
+    lo <= rowid < hi.
     """
     names = list(exprs)
     sql_where = where.sql if isinstance(where, Where) else where
@@ -179,7 +180,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     plan = _page_plan(conn, table, exprs, where) if PAGES and sized and isinstance(where, Where) else None
     if plan is not None:
         try:
-            chunks = _PageChunks(plan, names, where, steady, rowids, keep_time)
+            chunks = _PageChunks(plan, names, where, steady, rowids, early)
             columns = chunks.read(capacity, small, keep, workers, table)
         except pages.Unsupported:
             columns = None
@@ -384,13 +385,13 @@ class _PageChunks:
     """The page reader of :func:`fetch_columns`: one block of leaf pages per chunk, decoded by trace/pages.py."""
 
     def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady, rowids: tuple[int, int] | None,
-                 keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
+                 early: tuple[tuple[str, ...], Callable[..., np.ndarray]] | None = None):
         self.plan, self.names, self.where, self.steady, self.rowids = plan, names, where, set(steady), rowids
         self.fields = sorted({f for f in plan.field.values() if f is not None})
-        # the time test before the other fields: on start and end read as plain columns that may not be NULL
-        timed = keep_time is not None and {"start", "end"} <= set(where.not_null) and all(
-            plan.field.get(c) is not None and plan.default.get(c) is None for c in ("start", "end"))
-        self.early = (plan.field["start"], plan.field["end"], keep_time) if timed else None
+        # the early test before the other fields: on columns read as plain columns that may not be NULL
+        tested = early is not None and set(early[0]) <= set(where.not_null) and all(
+            plan.field.get(c) is not None and plan.default.get(c) is None for c in early[0])
+        self.early = (tuple(plan.field[c] for c in early[0]), early[1]) if tested else None
         self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES, rowids)
         self.within = [(plan.field[f"where:{c}"], np.asarray(ids, dtype=np.int64)) for c, ids in where.within]
 
@@ -687,6 +688,9 @@ def nvtx_event_type_counts(conn: sqlite3.Connection, schema: Schema) -> dict[int
     return {int(t): int(n) for t, n in conn.execute(f"SELECT eventType, count(*) FROM {NVTX} GROUP BY eventType")}
 
 
+OSRT_COLUMNS = ["start", "end", "globalTid", "name"]
+
+
 def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None, threads=None,
                keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
                keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> pd.DataFrame:
@@ -696,24 +700,86 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
     each chunk as it is read, ``keep_time`` (start, end -> row mask: a test every kept call passes) before a
     call's other columns are decoded (:func:`fetch_columns`), so only the kept calls are ever held. Read
     column-wise; the names once per distinct nameId; calls whose nameId has no string are left out."""
-    columns = ["start", "end", "globalTid", "name"]
-    empty = pd.DataFrame({c: [] for c in columns}).astype({"start": np.int64, "end": np.int64, "globalTid": np.int64})
-    if not schema.has(OSRT, "start", "end", "globalTid", "nameId") or not schema.has("StringIds", "id", "value"):
-        return empty
+    if not _has_osrt(schema):
+        return _no_osrt_calls()
     within = []
     if names is not None:
-        ids = [r[0] for r in conn.execute(f"SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
-                                          names)]
+        ids = _name_ids(conn, names)
         if not ids:  # no such name in the export: no call can have it
-            return empty
-        within.append(("nameId", _ids(ids)))
+            return _no_osrt_calls()
+        within.append(("nameId", ids))
     if threads is not None:
         if not len(threads):
-            return empty
+            return _no_osrt_calls()
         within.append(("globalTid", _ids(threads)))
-    where = Where(("end", "start", "globalTid", "nameId"), tuple(within))
-    df = fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
-                       where, small=("nameId",), steady=("globalTid",), keep=keep, keep_time=keep_time)
+    early = (("start", "end"), keep_time) if keep_time is not None else None
+    return _named(conn, schema, _osrt_rows(conn, tuple(within), keep, early))
+
+
+def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...], threads,
+                         keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+                         keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(osrt_calls(names), osrt_calls(None, threads, keep, keep_time))`` from one scan of the table instead
+    of two: the calls either selects are read together (a call is kept when it has one of the names or
+    passes the thread, ``keep_time`` and ``keep`` tests) and split after, a column at a time. The same rows,
+    in the same order, as the two reads (a test of a row depends on that row alone); the names' categories
+    may include names of the other part's calls (unused categories)."""
+    ids = _name_ids(conn, names) if _has_osrt(schema) else ()
+    if not ids or threads is None or not len(threads):  # one of the two reads is empty or reads every call
+        return (osrt_calls(conn, schema, names),
+                osrt_calls(conn, schema, None, threads, keep, keep_time))
+    named_ids, tids = np.asarray(ids, dtype=np.int64), np.asarray(_ids(threads), dtype=np.int64)
+
+    def selected(rows: dict[str, np.ndarray]) -> np.ndarray:
+        mask = np.isin(rows["globalTid"], tids)
+        return mask & keep(rows) if keep is not None else mask
+
+    early = None
+    if keep_time is not None:
+        early = (("start", "end", "nameId"), lambda s, e, name_id: np.isin(name_id, named_ids) | keep_time(s, e))
+    rows = _osrt_rows(conn, (), lambda chunk: np.isin(chunk["nameId"], named_ids) | selected(chunk), early)
+    columns = {c: rows.pop(c).to_numpy() for c in list(rows.columns)}
+    del rows
+    named_rows = np.flatnonzero(np.isin(columns["nameId"], named_ids))
+    mask = selected(columns)
+    selected_rows = None if mask.all() else np.flatnonzero(mask)
+    del mask
+    named, chosen = {}, {}
+    for c in list(columns):
+        values = columns.pop(c)
+        named[c] = values[named_rows]
+        chosen[c] = values if selected_rows is None else values[selected_rows]
+    return (_named(conn, schema, pd.DataFrame(named, copy=False)),
+            _named(conn, schema, pd.DataFrame(chosen, copy=False)))
+
+
+def _has_osrt(schema: Schema) -> bool:
+    return schema.has(OSRT, "start", "end", "globalTid", "nameId") and schema.has("StringIds", "id", "value")
+
+
+def _no_osrt_calls() -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in OSRT_COLUMNS}).astype({"start": np.int64, "end": np.int64,
+                                                                "globalTid": np.int64})
+
+
+def _name_ids(conn: sqlite3.Connection, names: tuple[str, ...]) -> tuple[int, ...]:
+    """The StringIds ids of these names."""
+    return _ids(r[0] for r in conn.execute(f"SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
+                                           names))
+
+
+def _osrt_rows(conn: sqlite3.Connection, within: tuple, keep, early) -> pd.DataFrame:
+    """The OS runtime calls' start, end, globalTid and nameId (:func:`fetch_columns`: every column not NULL,
+    ``within``, ``keep``, ``early``)."""
+    where = Where(("end", "start", "globalTid", "nameId"), within)
+    return fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
+                         where, small=("nameId",), steady=("globalTid",), keep=keep, early=early)
+
+
+def _named(conn: sqlite3.Connection, schema: Schema, df: pd.DataFrame) -> pd.DataFrame:
+    """OS runtime calls (:func:`_osrt_rows`) with their names (categorical) for nameId; the calls whose nameId
+    has no string are left out."""
     name_id = df.pop("nameId").to_numpy()
     found = strings(conn, schema, np.unique(name_id))
     ids = np.array(sorted(found), dtype=np.int64)
@@ -724,7 +790,7 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
     if not named.all():  # no string at its nameId: left out, as a join with StringIds leaves it
         df, code = df[named].reset_index(drop=True), code[named]
     df["name"] = pd.Categorical.from_codes(code, categories=categories)
-    return df[columns]
+    return df[OSRT_COLUMNS]
 
 
 def _codes_of_ids(values: np.ndarray, ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
