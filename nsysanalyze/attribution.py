@@ -149,8 +149,8 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
     NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); a caller that hands
     over its only reference lets the whole table go before the OS calls are read. ``os_calls(threads,
-    keep, keep_time)`` (called once): the OS runtime calls (start, end, globalTid, name) on those threads (globalTids) that
-    ``keep`` (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose
+    keep, keep_time)`` (called once): the OS runtime calls (start, end, globalTid, name) on those threads
+    (globalTids) that ``keep`` (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose
     calls can be causes (primary and launching threads of processes with GPU idle) and the calls overlapping
     that idle, so the rest are never held; ``keep_time`` (start, end -> mask: overlap with any process's GPU
     idle) is a test every kept call passes, which a reader may apply before it reads a call's thread;

@@ -398,16 +398,18 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tup
     by_thread, by_process = dict(group_indices(mm_tid)), dict(group_indices(pid_of(mm_tid)))  # grouped once
     w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
     unions: dict[tuple, Coverage] = {}  # a process's (or thread's) munmap union, made once for all its devices
+    idle_of: dict[tuple, Coverage] = {}  # a device's idle, made once for all its windows' threads
     for (pid, dev, tid), idx in windows.groupby(["globalPid", "deviceId", "globalTid"]).indices.items():
         key = (pid,) if tid < 0 else (tid,)
         groups = by_process if tid < 0 else by_thread
-        gaps = idle.get((pid, dev))
-        if gaps is None or key not in groups:
+        if (pid, dev) not in idle or key not in groups:
             continue
         if (tid < 0, key) not in unions:
             rows = groups[key]
             unions[(tid < 0, key)] = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
-        out[idx] = intersection_within(unions[(tid < 0, key)], Coverage(*gaps, disjoint=True), w_start[idx], w_end[idx])
+        if (pid, dev) not in idle_of:
+            idle_of[(pid, dev)] = Coverage(*idle[(pid, dev)], disjoint=True)
+        out[idx] = intersection_within(unions[(tid < 0, key)], idle_of[(pid, dev)], w_start[idx], w_end[idx])
     return out
 
 

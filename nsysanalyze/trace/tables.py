@@ -723,8 +723,7 @@ def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[
     """``(osrt_calls(names), osrt_calls(None, threads, keep, keep_time))`` from one scan of the table instead
     of two: the calls either selects are read together (a call is kept when it has one of the names or
     passes the thread, ``keep_time`` and ``keep`` tests) and split after, a column at a time. The same rows,
-    in the same order, as the two reads (a test of a row depends on that row alone); the names' categories
-    may include names of the other part's calls (unused categories)."""
+    in the same order, as the two reads (a test of a row depends on that row alone)."""
     ids = _name_ids(conn, names) if _has_osrt(schema) else ()
     if not ids or threads is None or not len(threads):  # one of the two reads is empty or reads every call
         return (osrt_calls(conn, schema, names),
