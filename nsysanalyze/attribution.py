@@ -75,6 +75,7 @@ LONG_INIT_NS = 10_000_000   # an allocation call this long while the GPU idles i
 WARMUP_RANGE = re.compile(r"(?i).*(compil|\bjit\b|nvrtc|autotun|\btuning|warm.?up|codegen|lowering|"
                           r"dynamo|inductor|Torch-Compiled Region).*")
 IDLE_CHUNK = 1 << 17    # idle intervals attributed at a time (bounds the per-segment temporaries)
+HOST_CHUNK = 1 << 18    # host-interval starts in one chunk's cause timeline at most (bounds its temporaries)
 DEVICE = ["globalPid", "deviceId"]
 GAP_COLUMNS = ["globalPid", "deviceId", "step", "cause_kind", "cause", "before_launch", "after_sync", "short_gap", "ns"]
 SYNC_APIS = ("sync_wait", "sync_copy", "async_copy")  # calls that return when the GPU work they wait for is done
@@ -577,16 +578,17 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
     step_points = unique_sorted(np.concatenate([win["window_start"], win["first_launch"]]))
     edges = np.sort(np.concatenate([win["cpu_start"], win["window_end"]]))  # where a step's tests on a time change
 
-    def chunk(idle_chunk: tuple[np.ndarray, np.ndarray, np.ndarray]):
-        d, s, e = idle_chunk
-        fs = np.full(s.size, NEVER)  # earliest sync return inside each idle interval
+    def chunk(idle_chunk: tuple[np.ndarray, ...]):
+        d, s, e, whole_s, whole_e = idle_chunk
+        fs = np.full(s.size, NEVER)  # earliest sync return inside each (whole) idle interval
         if ends.size:
-            j = np.searchsorted(ends, s + to_process[d], side="left")
-            inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < e + to_process[d])
+            j = np.searchsorted(ends, whole_s + to_process[d], side="left")
+            inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < whole_e + to_process[d])
             fs[inside] = ends[j[inside]] - to_process[d][inside]
-        timeline = _cause_timeline(calls, s[0] + to_process[d[0]], e[-1] + to_process[d[-1]], len(_causes(host)))
+        timeline = _cause_timeline(calls, int((s + to_process[d]).min()), int((e + to_process[d]).max()),
+                                   len(_causes(host)))
         inner = step_points[np.searchsorted(step_points, s[0]):np.searchsorted(step_points, e[-1], side="right")]
-        p = unique_sorted(np.concatenate([s, e, fs[fs != NEVER], inner]))
+        p = unique_sorted(np.concatenate([s, e, fs[(fs >= s) & (fs < e)], inner]))
         # a step's CPU start or window end inside an idle interval takes effect at the first point at or after
         # it (a segment has the attributes of its start): no idle edge, host edge or step point lies between them
         t = edges[np.searchsorted(edges, s[0]):np.searchsorted(edges, e[-1])]
@@ -611,24 +613,60 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
             before[hit] = (start[hit] >= win["cpu_start"][w[hit]]) & (start[hit] < win["first_launch"][w[hit]])
         return then({"device": rows[lane], "start": start - device_shift[lane], "end": end - device_shift[lane],
                      "proc_start": start + to_process[lane], "proc_end": end + to_process[lane], "step": step,
-                     "before_launch": before, "after_sync": start >= fs[k], "short_gap": (e - s)[k] < SHORT_GAP_NS},
-                    timeline)
+                     "before_launch": before, "after_sync": start >= fs[k],
+                     "short_gap": (whole_e - whole_s)[k] < SHORT_GAP_NS}, timeline)
 
-    yield from ordered_map(chunk, _idle_chunks(devices, device_shift))
+    yield from ordered_map(chunk, _idle_chunks(devices, device_shift, to_process, calls["start"]))
 
 
-def _idle_chunks(devices: list[tuple], device_shift: np.ndarray):
-    """The devices' idle intervals on their lanes, IDLE_CHUNK at a time (bounded temporaries; a chunk may span
-    devices): (device lane of each, starts, ends)."""
-    sizes = np.array([d[3].size for d in devices], np.int64)
-    first = np.concatenate(([0], np.cumsum(sizes)))
-    for lo in range(0, int(first[-1]), IDLE_CHUNK):
-        hi = min(lo + IDLE_CHUNK, int(first[-1]))
-        lanes = range(int(np.searchsorted(first, lo, side="right")) - 1, int(np.searchsorted(first, hi, side="left")))
-        cut = [(max(lo - first[j], 0), min(hi - first[j], sizes[j])) for j in lanes]
-        yield (np.repeat(np.array(lanes, np.int64), [b - a for a, b in cut]),
-               np.concatenate([devices[j][3][a:b] + device_shift[j] for j, (a, b) in zip(lanes, cut)]),
-               np.concatenate([devices[j][4][a:b] + device_shift[j] for j, (a, b) in zip(lanes, cut)]))
+def _idle_chunks(devices: list[tuple], device_shift: np.ndarray, to_process: np.ndarray, host_starts: np.ndarray):
+    """The devices' idle intervals on their lanes in chunks (a chunk may span devices) of at most IDLE_CHUNK
+    intervals whose span on the process lanes holds at most HOST_CHUNK host-interval starts (``host_starts``,
+    sorted, on the process lanes), so a chunk's cause timeline is bounded however many calls one idle interval
+    spans: such an interval is cut at a host-interval start (a timeline bound: the attribution is unchanged).
+    Each chunk: (device lane of each piece, starts, ends, and the whole idle interval's start and end; ns on
+    the device lanes). ``to_process``: per device, its lane -> its process's lane."""
+    pending, count, base, top = [], 0, 0, 0  # the chunk's pieces, intervals, host starts spanned [base, top)
+
+    def flush():
+        lanes, sizes = [p[0] for p in pending], [p[1].size for p in pending]
+        chunk = (np.repeat(np.array(lanes, np.int64), sizes),
+                 *(np.concatenate([p[i] for p in pending]) for i in range(1, 5)))
+        pending.clear()
+        return chunk
+
+    for j, (_, _, _, starts, ends) in enumerate(devices):  # the device's own times
+        to_lane, shift = int(device_shift[j] + to_process[j]), device_shift[j]  # own time -> process, device lane
+        i, rest = 0, None  # the next interval, and where its part after a cut starts (None: uncut)
+        while i < starts.size:
+            begin = int(starts[i]) if rest is None else rest
+            at = int(np.searchsorted(host_starts, begin + to_lane))  # host starts before it
+            if pending and at < top:  # a lane before the chunk's (another device of its process)
+                yield flush()
+            if not pending:
+                base, count = at, 0
+            # intervals ending by the host start HOST_CHUNK after the chunk's first fit its timeline
+            limit = int(host_starts[base + HOST_CHUNK]) - to_lane if base + HOST_CHUNK < host_starts.size else NEVER
+            stop = min(i + IDLE_CHUNK - count, int(np.searchsorted(ends, limit, side="right")))
+            if stop > i:
+                whole_s, whole_e = starts[i:stop] + shift, ends[i:stop] + shift
+                s = whole_s if rest is None else np.concatenate(([rest + shift], whole_s[1:]))
+                pending.append((j, s, whole_e, whole_s, whole_e))
+                count, i, rest = count + stop - i, stop, None
+                top = int(np.searchsorted(host_starts, int(ends[stop - 1]) + to_lane))
+                if count == IDLE_CHUNK or (i < starts.size and ends[i] > limit):
+                    yield flush()
+            elif pending:  # the next interval does not fit the chunk's timeline
+                yield flush()
+            else:  # it alone holds more host starts: its part up to the host start HOST_CHUNK on (or the next later)
+                later = max(base + HOST_CHUNK, int(np.searchsorted(host_starts, begin + to_lane, side="right")))
+                cut = min(int(host_starts[later]) - to_lane, int(ends[i])) if later < host_starts.size else int(ends[i])
+                whole = (np.array([starts[i] + shift]), np.array([ends[i] + shift]))
+                pending.append((j, np.array([begin + shift]), np.array([cut + shift]), *whole))
+                yield flush()
+                i, rest = (i, cut) if cut < ends[i] else (i + 1, None)
+    if pending:
+        yield flush()
 
 
 def _lane_steps(steps: pd.DataFrame, keys: list[tuple[int, int]], device_shift: np.ndarray) -> dict[str, np.ndarray]:
@@ -647,9 +685,10 @@ def _lane_steps(steps: pd.DataFrame, keys: list[tuple[int, int]], device_shift: 
     return {c: v[order] for c, v in out.items()}
 
 
-def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray) -> dict[str, np.ndarray]:
+def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray) -> dict:
     """The host intervals of the processes ``pids`` on their lanes (process j's times + process_shift[j]), sorted
-    by start: start, end, reach (the furthest end so far), level, cause (codes into the categories)."""
+    by start: start, end, level, cause (codes into the categories), and ``by_level``: per level present, the
+    positions of its calls in those arrays and their reach (the furthest end so far among that level's calls)."""
     pid = host["globalPid"].to_numpy(np.int64) if len(host) else np.empty(0, np.int64)
     start, end = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
     level, cause = host["level"].to_numpy(), host["cause"].cat.codes.to_numpy() if len(host) else np.empty(0, np.int8)
@@ -663,31 +702,42 @@ def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray)
     if not is_sorted(start):  # a process's calls by start (its lane's order)
         order = np.argsort(start, kind="stable")
         start, end, level, cause = start[order], end[order], level[order], cause[order]
-    return {"start": start, "end": end, "reach": np.maximum.accumulate(end) if end.size else end,
-            "level": level, "cause": cause}
+    by_level = {}
+    position_type = np.int32 if start.size < np.iinfo(np.int32).max else np.int64
+    for lv in np.flatnonzero(np.bincount(level, minlength=len(LEVELS))).tolist():
+        positions = np.flatnonzero(level == lv).astype(position_type)
+        reach = end[positions]
+        by_level[lv] = (positions, np.maximum.accumulate(reach, out=reach))
+    return {"start": start, "end": end, "level": level, "cause": cause, "by_level": by_level}
 
 
-def _cause_timeline(calls: dict[str, np.ndarray], a: int, b: int, n_causes: int) -> dict[str, np.ndarray]:
+def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.ndarray]:
     """The cause of every instant of [a, b) on the processes' lanes (``calls``: :func:`_lane_calls`), piecewise
     constant between host-interval edges: ``bounds`` (sorted piece starts; bounds[0] = -inf), ``label`` per piece
     (index into ``level`` and ``cause``: the LEVELS index and cause code, -1 untraced, of each distinct label).
     An instant gets, per level (highest precedence last, overwriting), the host interval of that level
-    :func:`_active_label` picks there. Only the calls from the first reaching past a to the last starting
-    before b take part: the earlier ones end by a (never latest-starting while one after them has started),
-    the later ones start after b."""
-    first = int(np.searchsorted(calls["reach"], a, side="right"))
-    last = max(first, int(np.searchsorted(calls["start"], b, side="left")))
-    starts, ends = calls["start"][first:last], calls["end"][first:last]
-    bounds = np.concatenate(([np.iinfo(np.int64).min], unique_sorted(np.concatenate([starts, ends]))))
+    :func:`_active_label` picks there. Of each level, only its calls from the first reaching past a to the last
+    starting before b take part: the earlier ones end by a (never latest-starting while one after them has
+    started), the later ones start after b. Per level, so one long interval (a warm-up range open across a
+    compile) keeps only its own level's later calls, not every call after it."""
+    last = int(np.searchsorted(calls["start"], b, side="left"))
+    taking = []
+    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
+        if lv in calls["by_level"]:
+            positions, reach = calls["by_level"][lv]
+            upto = int(np.searchsorted(positions, positions.dtype.type(last)))  # same dtype: no copy of positions
+            rows = positions[int(np.searchsorted(reach, a, side="right")):upto]
+            if rows.size:
+                taking.append((lv, calls["start"][rows], calls["end"][rows], calls["cause"][rows]))
+    edges = [t for _, starts, ends, _ in taking for t in (starts, ends)]
+    bounds = np.concatenate(([np.iinfo(np.int64).min], unique_sorted(np.concatenate(edges)) if edges else []))
+    bounds = bounds.astype(np.int64, copy=False)
     level = np.full(bounds.size, len(LEVELS) - 1, dtype=np.int64)
     cause = np.full(bounds.size, -1, dtype=np.int64)
-    host_level, codes = calls["level"][first:last], calls["cause"][first:last]
-    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
-        m = host_level == lv
-        if m.any():
-            lab = _active_label(starts[m], ends[m], codes[m], bounds, sorted_times=True)
-            hit = lab >= 0
-            level[hit], cause[hit] = lv, lab[hit]
+    for lv, starts, ends, codes in taking:
+        lab = _active_label(starts, ends, codes, bounds, sorted_times=True)
+        hit = lab >= 0
+        level[hit], cause[hit] = lv, lab[hit]
     labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
     level_of, cause_of = np.divmod(labels, n_causes + 2)
     return {"bounds": bounds, "label": label, "level": level_of, "cause": cause_of - 1}

@@ -361,7 +361,8 @@ SPREAD_ONE_PROCESS = [f"UPDATE {t} SET deviceId = rowid % 7" for t in
 def test_attribution_equals_one_device_at_a_time(variant, tmp_path, monkeypatch):
     """attribute lays every device (and process) side by side and sums each idle piece's causes from its
     process's cause timeline; the reference takes one device at a time, segment by segment. Also in slices
-    (IDLE_CHUNK) and one device per batch (STACK_LIMIT): the same gaps."""
+    (IDLE_CHUNK), with idle intervals cut every few host calls (HOST_CHUNK) and one device per batch
+    (STACK_LIMIT): the same gaps."""
     if variant == "2-GPU real":
         path = shared_trace("public/nsys-ai__mfu_2gpu_after.sqlite")
     elif variant == "ddp 7 devices":
@@ -382,6 +383,7 @@ def test_attribution_equals_one_device_at_a_time(variant, tmp_path, monkeypatch)
     assert gaps.groupby(keys)["ns"].sum().to_dict() == want.to_dict()
     assert not gaps.duplicated(keys).any() and (gaps["ns"] > 0).all()
     monkeypatch.setattr(A, "IDLE_CHUNK", 13)
+    monkeypatch.setattr(A, "HOST_CHUNK", 5)
     monkeypatch.setattr(intervals, "STACK_LIMIT", 1)
     pd.testing.assert_frame_equal(A.attribute(capture, steps, idle, host, syncs), gaps)
 

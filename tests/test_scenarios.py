@@ -88,6 +88,37 @@ def test_attribution_in_slices_equals_one_pass(monkeypatch):
     assert len(one) > 5 and one.equals(sliced)
 
 
+def test_cause_timelines_stay_bounded_across_a_long_idle(monkeypatch):
+    """compile_warmup: 138k OS calls while the GPU idles through the compile, under a warm-up range open across
+    it. Each chunk's cause timeline holds at most HOST_CHUNK host-interval starts (idle intervals are cut
+    there) and, per level, only the calls reaching into the chunk: the warm-up range keeps its own level's
+    calls, not every OS call after it. The gaps are those of one timeline over everything."""
+    from nsysanalyze import attribution
+
+    def gaps(host_chunk):
+        monkeypatch.setattr(attribution, "HOST_CHUNK", host_chunk)
+        sizes = []
+        build = attribution._cause_timeline
+
+        def recorded(calls, a, b, n_causes):
+            timeline = build(calls, a, b, n_causes)
+            sizes.append(timeline["bounds"].size)
+            return timeline
+
+        monkeypatch.setattr(attribution, "_cause_timeline", recorded)
+        with nsysanalyze.open(fixture_trace("compile_warmup.sqlite")) as a:
+            g = a.gaps()
+        monkeypatch.setattr(attribution, "_cause_timeline", build)
+        keys = [c for c in attribution.GAP_COLUMNS if c != "ns"]
+        return g.groupby(keys)["ns"].sum().sort_index(), sizes
+
+    one, [whole] = gaps(1 << 30)
+    cut, sizes = gaps(1000)
+    assert whole > 250_000 and len(sizes) > 100
+    assert max(sizes) <= 2 * 1000 + 10  # each start and end a bound, plus the few intervals open at the cut
+    assert len(one) > 5 and one.equals(cut)
+
+
 # ---- the second session's captures (issue 22.9): the cause each was built to have is the top finding ----
 @pytest.mark.parametrize("name,top", [
     ("checkpoint_per_step.sqlite", "file-io"),              # torch.save every step: fopen/writev

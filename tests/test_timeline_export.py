@@ -9,12 +9,13 @@ import sqlite3
 from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import fixture_trace, shared_trace
 from hostile import TERMINAL_PAYLOAD, hostile_copy
 
 import nsysanalyze
-from nsysanalyze import trace_events
+from nsysanalyze import attribution, trace_events
 from nsysanalyze.cli import main
 from nsysanalyze.metrics import api_categories
 from nsysanalyze.trace_events import proper_lanes
@@ -331,8 +332,9 @@ def test_os_calls_are_those_overlapping_gpu_idle(capsys, tmp_path):
 
 @pytest.mark.parametrize("path", ["fixtures/io_midstep.sqlite", "fixtures/sync_per_param.sqlite",
                                   "fixtures/vit_l32_2gpu_ddp_0.sqlite", "public/nsys-ai__mfu_2gpu_after.sqlite"])
-def test_idle_segments_regroup_to_the_gaps(path):
-    """attribution.idle_segments are the segments attribute() sums: per (process, GPU, step, cause) the same ns."""
+def test_idle_segments_regroup_to_the_gaps(path, monkeypatch):
+    """attribution.idle_segments are the segments attribute() sums: per (process, GPU, step, cause) the same ns;
+    idle intervals cut every few host calls (HOST_CHUNK: bounded cause timelines) give the same segments."""
     path = shared_trace(path) if path.startswith("public/") else fixture_trace(path.split("/")[1])
     a = nsysanalyze.open(path)
     a.keep_attribution_inputs = True
@@ -347,3 +349,5 @@ def test_idle_segments_regroup_to_the_gaps(path):
     inside = segments.assign(start=segments["start"].clip(lower=t0), end=segments["end"].clip(upper=t1))
     inside = inside[inside["end"] > inside["start"]]
     assert (cut["end"] - cut["start"]).sum() == (inside["end"] - inside["start"]).sum() > 0
+    monkeypatch.setattr(attribution, "HOST_CHUNK", 3)
+    pd.testing.assert_frame_equal(a.idle_segments(*trace_events.EVERYTHING), segments)
