@@ -388,6 +388,41 @@ def test_attribution_equals_one_device_at_a_time(variant, tmp_path, monkeypatch)
     pd.testing.assert_frame_equal(A.attribute(capture, steps, idle, host, syncs), gaps)
 
 
+def test_idle_chunks_cut_only_at_host_starts_and_cover_the_idle(monkeypatch):
+    """A unit test on made-up arrays (not a trace): _idle_chunks over two devices of one process. The pieces
+    of each device, joined where they were cut, are its idle intervals; every cut is a host-interval start;
+    each piece keeps its whole interval; a chunk holds at most IDLE_CHUNK pieces and, on the process lane,
+    at most HOST_CHUNK host starts, unless one time holds more (50 is started six times: no cut between)."""
+    monkeypatch.setattr(A, "IDLE_CHUNK", 3)
+    monkeypatch.setattr(A, "HOST_CHUNK", 4)
+    host = np.array([0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 50, 50, 50, 50, 50, 50, 60], np.int64)
+    idle = {0: (np.array([5, 40, 49]), np.array([30, 45, 70])), 1: (np.array([1, 12]), np.array([2, 13]))}
+    stride = 1000
+    devices = [(d, 7, d, *idle[d]) for d in (0, 1)]
+    device_shift = np.array([0, stride], np.int64)
+    to_process = -device_shift  # one process, on its own times
+    pieces = {0: [], 1: []}
+    for lane, s, e, whole_s, whole_e in A._idle_chunks(devices, device_shift, to_process, host):
+        assert 1 <= s.size <= 3 and (e > s).all()
+        on_process = (s + to_process[lane], e + to_process[lane])
+        held = np.searchsorted(host, on_process[1].max()) - np.searchsorted(host, on_process[0].min())
+        assert held <= 4 or set(host[(host >= on_process[0].min()) & (host < on_process[1].max())]) <= {50, 60}
+        for d, x, y, wx, wy in zip(lane, s - device_shift[lane], e - device_shift[lane],
+                                   whole_s - device_shift[lane], whole_e - device_shift[lane]):
+            pieces[int(d)].append((int(x), int(y), int(wx), int(wy)))
+    for d, got in pieces.items():
+        whole = sorted({(wx, wy) for _, _, wx, wy in got})
+        assert whole == list(zip(idle[d][0].tolist(), idle[d][1].tolist()))
+        for wx, wy in whole:
+            parts = sorted((x, y) for x, y, a, b in got if (a, b) == (wx, wy))
+            assert parts[0][0] == wx and parts[-1][1] == wy
+            assert all(y == x2 for (_, y), (x2, _) in zip(parts, parts[1:]))  # joined where cut
+            assert {y for _, y in parts[:-1]} <= set(host.tolist())           # cut at host starts only
+    assert [(x, y) for x, y, _, _ in sorted(pieces[0])] == [(5, 14), (14, 18), (18, 30), (40, 45), (49, 50),
+                                                            (50, 60), (60, 70)]  # [10, 14): four host starts
+    assert [(x, y) for x, y, _, _ in sorted(pieces[1])] == [(1, 2), (12, 13)]
+
+
 def test_process_idle_union_keeps_the_calls_of_every_device(tmp_path):
     """idle_by_process gives a process's devices' idle as one union; the host calls it keeps (_during_idle) are
     those overlapping some device's idle, asked one device at a time."""

@@ -740,8 +740,11 @@ def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[
     rows = _osrt_rows(conn, (), lambda chunk: np.isin(chunk["nameId"], named_ids) | selected(chunk), early)
     columns = {c: rows.pop(c).to_numpy() for c in list(rows.columns)}
     del rows
-    named_rows = np.flatnonzero(np.isin(columns["nameId"], named_ids))
-    mask = selected(columns)
+    is_named = np.isin(columns["nameId"], named_ids)
+    named_rows = np.flatnonzero(is_named)
+    mask = ~is_named  # every call kept without a name was selected: only the named ones are tested again
+    del is_named
+    mask[named_rows] = selected({c: v[named_rows] for c, v in columns.items()})
     selected_rows = None if mask.all() else np.flatnonzero(mask)
     del mask
     named, chosen = {}, {}
