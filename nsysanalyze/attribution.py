@@ -630,10 +630,11 @@ def _idle_chunks(devices: list[tuple], device_shift: np.ndarray, to_process: np.
 
     def flush():
         lanes, sizes = [p[0] for p in pending], [p[1].size for p in pending]
-        chunk = (np.repeat(np.array(lanes, np.int64), sizes),
-                 *(np.concatenate([p[i] for p in pending]) for i in range(1, 5)))
+        s, e = (np.concatenate([p[i] for p in pending]) for i in (1, 2))
+        cut = any(p[1] is not p[3] or p[2] is not p[4] for p in pending)
+        whole = tuple(np.concatenate([p[i] for p in pending]) for i in (3, 4)) if cut else (s, e)
         pending.clear()
-        return chunk
+        return np.repeat(np.array(lanes, np.int64), sizes), s, e, *whole
 
     for j, (_, _, _, starts, ends) in enumerate(devices):  # the device's own times
         to_lane, shift = int(device_shift[j] + to_process[j]), device_shift[j]  # own time -> process, device lane
