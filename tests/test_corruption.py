@@ -53,6 +53,42 @@ def test_corrupted_exports_give_input_errors(source, tmp_path, hows):
     assert time.monotonic() - began < 60
 
 
+def test_a_damaged_page_gives_the_same_error_every_time(source, tmp_path):
+    """A zeroed page that once made a table read crash (TypeError on a missing row) or report 'another row
+    available': the tables are read on two threads, which shared one SQLite connection and so its error state.
+    Each thread now reads on its own connection; every run gives the same database error."""
+    data = corrupt(source.read_bytes(), ("page", 0.07960913811166305, b"\x00"))
+    path = tmp_path / "corrupt.sqlite"
+    path.write_bytes(data)
+    seen = set()
+    for _ in range(60):  # the race showed in about 1 run in 20
+        with pytest.raises((InputError, sqlite3.DatabaseError)) as caught:
+            with nsysanalyze.open(path) as a:
+                contract_report(a)
+        seen.add(str(caught.value))
+    assert seen == {"database disk image is malformed"}
+
+
+def test_each_thread_reads_on_its_own_connection(source):
+    """Trace.conn is per thread (reads side by side never share SQLite's error state); all are closed together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nsysanalyze.trace.reader import Trace
+    trace = Trace(source)
+    mine = trace.conn
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(lambda: trace.conn).result()
+        assert other is not mine and pool.submit(lambda: trace.conn).result() is other
+        assert other.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == \
+            mine.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
+    trace.close()
+    for conn in (mine, other):
+        with pytest.raises(sqlite3.ProgrammingError):
+            conn.execute("SELECT 1")
+    with ThreadPoolExecutor(1) as pool, pytest.raises(sqlite3.ProgrammingError):
+        pool.submit(lambda: trace.conn.execute("SELECT 1")).result()
+
+
 # --- saved JSON reports and gate expressions -------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from functools import cached_property
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pandas as pd
 
 from ..errors import InputError
 from . import tables
-from .open import connect_readonly, resolve_input
+from .open import connect_readonly, readonly_connection, resolve_input
 from .schema import Schema, read_schema
 
 __all__ = ["Trace", "open_trace"]
@@ -23,15 +24,33 @@ class Trace:
     def __init__(self, path: str | os.PathLike):
         self.source = Path(path)
         self.path = resolve_input(path)
-        self.conn: sqlite3.Connection = connect_readonly(self.path)
+        self._connections: dict[int, sqlite3.Connection] = {threading.get_ident(): connect_readonly(self.path)}
+        self._opening, self._closed = threading.Lock(), False
         try:
             self.schema: Schema = read_schema(self.conn, str(self.source))
         except sqlite3.DatabaseError as e:
-            self.conn.close()
+            self.close()
             raise InputError(f"{self.source}: corrupted or unreadable SQLite file ({e})") from None
 
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's read-only connection to the export (the tables are read on threads side by side; one
+        connection shared by two threads mixes up SQLite's error state, so a damaged page could surface as a
+        wrong row count or a missing row instead of an error)."""
+        me = threading.get_ident()
+        conn = self._connections.get(me)
+        if conn is None:
+            with self._opening:
+                if self._closed:
+                    raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+                conn = self._connections[me] = readonly_connection(self.path)
+        return conn
+
     def close(self) -> None:
-        self.conn.close()
+        with self._opening:
+            self._closed = True
+            for conn in self._connections.values():
+                conn.close()
 
     def __enter__(self) -> "Trace":
         return self
