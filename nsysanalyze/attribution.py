@@ -528,8 +528,9 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
 
     Devices (rows of ``capture`` with idle in their window; with ``window`` (t0, t1 ns) only the idle
     intervals overlapping it) are laid side by side, one lane per device (lane d shifted by d x stride,
-    as in metrics), and their processes one lane each, in batches that fit STACK_LIMIT. Then, IDLE_CHUNK
-    idle intervals at a time (bounded temporaries), the cause timeline of their processes
+    as in metrics), and their processes one lane each, in batches that fit STACK_LIMIT. Then, a block of
+    idle intervals at a time (:func:`_idle_chunks`: at most IDLE_CHUNK of them and HOST_CHUNK host-interval
+    starts, so bounded temporaries), the cause timeline of their processes
     (:func:`_cause_timeline`) and the *pieces*: the idle cut at every point where a device attribute
     changes — idle edges, the first sync return in each idle interval, step window starts and first
     launches, and where a step's CPU start and window end take effect (the first point at or after them:
@@ -730,9 +731,9 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
             rows = positions[int(np.searchsorted(reach, a, side="right")):upto]
             if rows.size:
                 taking.append((lv, calls["start"][rows], calls["end"][rows], calls["cause"][rows]))
-    edges = [t for _, starts, ends, _ in taking for t in (starts, ends)]
-    bounds = np.concatenate(([np.iinfo(np.int64).min], unique_sorted(np.concatenate(edges)) if edges else []))
-    bounds = bounds.astype(np.int64, copy=False)
+    edges = unique_sorted(np.concatenate([t for _, starts, ends, _ in taking for t in (starts, ends)]
+                                         or [np.empty(0, np.int64)]))
+    bounds = np.concatenate(([np.iinfo(np.int64).min], edges)).astype(np.int64, copy=False)
     level = np.full(bounds.size, len(LEVELS) - 1, dtype=np.int64)
     cause = np.full(bounds.size, -1, dtype=np.int64)
     for lv, starts, ends, codes in taking:
