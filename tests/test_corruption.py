@@ -66,7 +66,7 @@ def test_a_damaged_page_gives_the_same_error_every_time(source, tmp_path):
             with nsysanalyze.open(path) as a:
                 contract_report(a)
         seen.add(str(caught.value))
-    assert seen == {"database disk image is malformed"}
+    assert len(seen) == 1, seen  # e.g. {"database disk image is malformed"}, never a second kind
 
 
 def test_each_thread_reads_on_its_own_connection(source):
