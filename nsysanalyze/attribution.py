@@ -581,13 +581,13 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
 
     def chunk(idle_chunk: tuple[np.ndarray, ...]):
         d, s, e, whole_s, whole_e = idle_chunk
+        to_proc = to_process[d]  # each piece's device lane -> its process's lane
         fs = np.full(s.size, NEVER)  # earliest sync return inside each (whole) idle interval
         if ends.size:
-            j = np.searchsorted(ends, whole_s + to_process[d], side="left")
-            inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < whole_e + to_process[d])
-            fs[inside] = ends[j[inside]] - to_process[d][inside]
-        timeline = _cause_timeline(calls, int((s + to_process[d]).min()), int((e + to_process[d]).max()),
-                                   len(_causes(host)))
+            j = np.searchsorted(ends, whole_s + to_proc, side="left")
+            inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < whole_e + to_proc)
+            fs[inside] = ends[j[inside]] - to_proc[inside]
+        timeline = _cause_timeline(calls, int((s + to_proc).min()), int((e + to_proc).max()), len(_causes(host)))
         inner = step_points[np.searchsorted(step_points, s[0]):np.searchsorted(step_points, e[-1], side="right")]
         p = unique_sorted(np.concatenate([s, e, fs[(fs >= s) & (fs < e)], inner]))
         # a step's CPU start or window end inside an idle interval takes effect at the first point at or after
@@ -597,15 +597,15 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
         inside = (k >= 0) & (t < e[np.maximum(k, 0)])
         t, k = t[inside], k[inside]
         if t.size:
-            bounds, to_proc = timeline["bounds"], to_process[d[k]]
-            host_at = bounds[np.minimum(np.searchsorted(bounds, t + to_proc, side="left"), bounds.size - 1)] - to_proc
+            bounds, shift = timeline["bounds"], to_proc[k]
+            host_at = bounds[np.minimum(np.searchsorted(bounds, t + shift, side="left"), bounds.size - 1)] - shift
             at = np.minimum(p[np.searchsorted(p, t, side="left")], np.where(host_at >= t, host_at, NEVER))
             p = unique_sorted(np.concatenate([p, at]))
         start, end = p[:-1], p[1:]
         k = np.searchsorted(s, start, side="right") - 1
         in_idle = (k >= 0) & (start < e[np.maximum(k, 0)])
         start, end, k = start[in_idle], end[in_idle], k[in_idle]
-        lane = d[k]
+        lane, shift = d[k], to_proc[k]
         step, before = np.full(start.size, -1, dtype=np.int64), np.zeros(start.size, dtype=bool)
         if win["step"].size:  # each piece's step window: the last starting at or before it, if it still holds it
             w = np.searchsorted(win["window_start"], start, side="right") - 1
@@ -613,7 +613,7 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
             step[hit] = win["step"][w[hit]]
             before[hit] = (start[hit] >= win["cpu_start"][w[hit]]) & (start[hit] < win["first_launch"][w[hit]])
         return then({"device": rows[lane], "start": start - device_shift[lane], "end": end - device_shift[lane],
-                     "proc_start": start + to_process[lane], "proc_end": end + to_process[lane], "step": step,
+                     "proc_start": start + shift, "proc_end": end + shift, "step": step,
                      "before_launch": before, "after_sync": start >= fs[k],
                      "short_gap": (whole_e - whole_s)[k] < SHORT_GAP_NS}, timeline)
 
@@ -689,7 +689,7 @@ def _lane_steps(steps: pd.DataFrame, keys: list[tuple[int, int]], device_shift: 
 
 def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray) -> dict:
     """The host intervals of the processes ``pids`` on their lanes (process j's times + process_shift[j]), sorted
-    by start: start, end, level, cause (codes into the categories), and ``by_level``: per level present, the
+    by start: start, end, cause (codes into the categories), and ``by_level``: per level present, the
     positions of its calls in those arrays and their reach (the furthest end so far among that level's calls)."""
     pid = host["globalPid"].to_numpy(np.int64) if len(host) else np.empty(0, np.int64)
     start, end = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
@@ -710,7 +710,7 @@ def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray)
         positions = np.flatnonzero(level == lv).astype(position_type)
         reach = end[positions]
         by_level[lv] = (positions, np.maximum.accumulate(reach, out=reach))
-    return {"start": start, "end": end, "level": level, "cause": cause, "by_level": by_level}
+    return {"start": start, "end": end, "cause": cause, "by_level": by_level}
 
 
 def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.ndarray]:
