@@ -25,6 +25,7 @@ from . import framework as F
 from . import kernels as K
 from . import ledger as L
 from . import metrics as M
+from . import segmented as SEG
 from . import steps as S
 from .errors import InputError
 from .intervals import group_codes, median_per_group
@@ -233,20 +234,34 @@ class Analysis:
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
         syncs = A.sync_ends(runtime)
         handed_over = [runtime]
-        del runtime  # host_intervals holds the runtime calls' last reference: released before the OS calls are read
-        scanned = {}
+        del runtime  # the host intervals hold the runtime calls' last reference: released before the OS calls are read
+        devices = A.idle_by_process(capture, idle)
+        os_rowids = t.osrt_rowids()
+        if self.keep_attribution_inputs or os_rowids is None or os_rowids[1] - os_rowids[0] <= SEG.OS_BLOCK_ROWS:
+            scanned = {}
 
-        def os_calls(threads, keep, keep_time):  # one scan of the OS calls: these, and every munmap call
-            scanned["munmap"], calls = t.osrt_and_named(("munmap",), threads, keep, keep_time)
-            return calls
+            def os_calls(threads, keep, keep_time):  # one scan of the OS calls: these, and every munmap call
+                scanned["munmap"], calls = t.osrt_and_named(("munmap",), threads, keep, keep_time)
+                return calls
 
-        host = A.host_intervals(handed_over.pop(), self._api_names, os_calls, t.nvtx, self._step_ranges[0],
-                                A.idle_by_process(capture, idle), t.mpi)
-        cpu = pd.concat([cpu, M.munmap_metrics(windows, scanned.pop("munmap"), idle)], axis=1)
-        self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
-        if self.keep_attribution_inputs:
-            self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
-        del host
+            host = A.host_intervals(handed_over.pop(), self._api_names, os_calls, t.nvtx, self._step_ranges[0],
+                                    devices, t.mpi)
+            munmap = scanned.pop("munmap")
+            self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
+            if self.keep_attribution_inputs:
+                self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
+            del host
+        else:  # many OS calls: read and attributed a block at a time (nsysanalyze.segmented)
+            sources = A.host_sources(handed_over.pop(), self._api_names, t.nvtx, self._step_ranges[0], devices, t.mpi)
+
+            def os_block(rowids):
+                return t.osrt_and_named(("munmap",), sources.cause_threads, sources.keep, sources.keep_time, rowids)
+
+            self.__dict__["_gaps"], munmap = SEG.attribute_in_segments(capture, steps_at, idle, sources, syncs,
+                                                                       os_block, os_rowids)
+            del sources
+        cpu = pd.concat([cpu, M.munmap_metrics(windows, munmap, idle)], axis=1)
+        del munmap
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
         del idle

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -139,13 +140,39 @@ def _idle_of_any(devices: dict[int, list[tuple]]) -> tuple[np.ndarray, np.ndarra
     return union_of(*[part for per in devices.values() for part in per])
 
 
+@dataclass
+class HostSources:
+    """What the host intervals are made of before the OS runtime calls are read (:func:`host_sources`).
+
+    ``parts``: the labelled parts that are not OS calls (frames, in the part order of :func:`host_frame`);
+    ``helper``: the labelled launch gaps of other threads during GPU idle (a process keeps them only when its
+    primary thread makes an OS wait during GPU idle); ``cause_threads``: the globalTids whose OS calls can be
+    causes; ``primary``: globalPid -> primary thread; ``launch_tids``: launching threads; ``runtime``: the
+    classified CUDA calls during GPU idle (an OS call inside one is that call's); ``keep``/``keep_time``: the
+    OS-call tests of :func:`host_intervals`' ``os_calls``."""
+
+    parts: list
+    helper: pd.DataFrame
+    cause_threads: np.ndarray
+    primary: dict
+    launch_tids: set
+    runtime: pd.DataFrame
+    keep: Callable
+    keep_time: Callable
+
+    def waiting_processes(self, waiting: np.ndarray) -> np.ndarray:
+        """The globalPids whose primary thread is among ``waiting`` (threads that made an OS wait during idle)."""
+        return pid_of(np.intersect1d(waiting, np.array(list(self.primary.values()), dtype=np.int64)))
+
+
 def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]],
                    mpi: pd.DataFrame | None = None) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
     only those that overlap the GPU idle of their process's devices (``devices``: :func:`idle_by_process`) —
     most launches run while the GPU is busy, so this keeps the attribution small. Sorted by (globalPid,
-    start), ties in the order of the levels' parts below (the attribution takes each process's rows by start).
+    start), ties in the order of the levels' parts (:func:`host_frame`; the attribution takes each process's
+    rows by start).
 
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
     NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); a caller that hands
@@ -160,6 +187,15 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     ``mpi``: MPI calls (start, end, globalTid, name) of nsys' MPI trace: blocking calls (the host held by the
     library: Open MPI busy-polls, so no OS wait shows), cause = the call's name.
     """
+    sources = host_sources(runtime, api_names, nvtx, step_ranges, devices, mpi)
+    del runtime
+    return host_frame(sources, os_calls(sources.cause_threads, sources.keep, sources.keep_time))
+
+
+def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.DataFrame, step_ranges: pd.DataFrame,
+                 devices: dict[int, list[tuple]], mpi: pd.DataFrame | None = None) -> HostSources:
+    """The host intervals' parts that are not OS calls, and what the OS calls are read and labelled by
+    (arguments as :func:`host_intervals`)."""
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
     primary = _primary_threads(launches_per_thread, step_ranges)
@@ -172,12 +208,6 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]  # the whole table is done with here
     any_idle = _idle_of_any(devices)  # a call during its own process's idle is during this union's
-    osrt = os_calls(cause_threads, lambda chunk: _during_idle(chunk, devices), lambda s, e: overlapping(s, e, *any_idle))
-    os_part = _os_part(osrt, runtime, primary, launch_tids)
-    waiting_primaries = np.intersect1d(os_part.pop("waiting"), list(primary.values()))
-    if len(helper_gaps):  # only where the primary thread waits in the OS during GPU idle (nothing to reassign otherwise)
-        helper_gaps = helper_gaps[np.isin(pid_of(helper_gaps["globalTid"].to_numpy()), pid_of(waiting_primaries))]
-    del osrt
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
     if len(nvtx):
         nvtx = nvtx[_during_idle(nvtx, devices)]
@@ -207,20 +237,35 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
         parts.append(_labelled(long_rows, rt_pid[long_launch], WARMUP,
                                pd.Categorical.from_codes(np.zeros(len(long_rows), np.int8),
                                                          ["kernel launch loading its module"])))
+    labelled = []
     for rows, label in ((runtime[launching & ~long_launch], "kernel launch"),
                         (helper_gaps, "between launches on another thread")):
-        if len(rows):
-            pids = pid_of(rows["globalTid"].to_numpy())
-            parts.append(_labelled(rows, pids, LAUNCH, _in_range(label, rows["start"].to_numpy(), pids, ranges)))
-    if len(os_part["start"]):
-        parts.append(os_part)
-    return _sorted_concat(parts)
+        pids = pid_of(rows["globalTid"].to_numpy())
+        labelled.append(_labelled(rows, pids, LAUNCH, _in_range(label, rows["start"].to_numpy(), pids, ranges)))
+    if len(labelled[0]):
+        parts.append(labelled[0])
+    return HostSources(parts, labelled[1], cause_threads, primary, launch_tids, runtime,
+                       lambda chunk: _during_idle(chunk, devices), lambda s, e: overlapping(s, e, *any_idle))
+
+
+def host_frame(sources: HostSources, osrt: pd.DataFrame) -> pd.DataFrame:
+    """The host intervals (:func:`host_intervals`) of ``sources`` and the OS calls ``osrt`` read for them (start,
+    end, globalTid, name), in part order: warm-up ranges, blocking CUDA calls, loading calls, MPI calls, NVTX
+    sub-ranges, long launches, launches, launch gaps of other threads (kept only for processes whose primary
+    thread waits in the OS during GPU idle: nothing to reassign otherwise), OS calls."""
+    os_part = os_host_part(osrt, sources)
+    del osrt
+    helper = sources.helper
+    if len(helper):
+        helper = helper[np.isin(helper["globalPid"].to_numpy(), sources.waiting_processes(os_part.pop("waiting")))]
+    parts = [*sources.parts, *([helper] if len(helper) else []), *([os_part] if len(os_part["start"]) else [])]
+    return concat_host_parts(parts)
 
 
 HOST_COLUMNS = {"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8}
 
 
-def _sorted_concat(parts: list) -> pd.DataFrame:
+def concat_host_parts(parts: list) -> pd.DataFrame:
     """One frame (start, end, globalPid, level, cause: categorical) of the host-interval ``parts`` (frames or
     dicts of those arrays), sorted by (globalPid, start), ties in part order. Made a column at a time, each
     part's column released once copied (the OS calls' part is most of the rows: never held twice)."""
@@ -258,7 +303,7 @@ def _sorted_within(pid: np.ndarray, start: np.ndarray) -> bool:
     return bool(((start[1:] >= start[:-1]) | (pid[1:] != pid[:-1])).all())
 
 
-def _os_part(osrt: pd.DataFrame, runtime: pd.DataFrame, primary: dict[int, int], launch_tids: set) -> dict:
+def os_host_part(osrt: pd.DataFrame, sources: HostSources) -> dict:
     """The OS runtime calls' host intervals as arrays (start, end, globalPid, level, cause: categorical), plus
     ``waiting``: the threads among them that made an OS wait (kept calls, before any is dropped). A call
     made inside a CUDA call of its thread is that call's (dropped); a wait is a cause on the primary thread
@@ -270,8 +315,9 @@ def _os_part(osrt: pd.DataFrame, runtime: pd.DataFrame, primary: dict[int, int],
     tid, names = osrt["globalTid"].to_numpy(), osrt.pop("name").array
     wait = np.asarray(names.categories.str.fullmatch(OS_WAIT), dtype=bool)[names.codes]
     waiting = np.unique(tid[wait])
-    is_primary = isin_blocks(tid, list(primary.values()))
-    keep = np.where(wait, is_primary, is_primary | isin_blocks(tid, launch_tids)) & ~_inside_cuda_calls(osrt, runtime)
+    is_primary = isin_blocks(tid, list(sources.primary.values()))
+    keep = np.where(wait, is_primary, is_primary | isin_blocks(tid, sources.launch_tids))
+    keep &= ~_inside_cuda_calls(osrt, sources.runtime)
     level = np.where(wait, np.int8(WAIT), np.int8(OS_ACTIVE)).astype(np.int8)
     del wait, is_primary, tid
     everything = bool(keep.all())
@@ -454,7 +500,16 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
     Every device in one pass (:func:`_idle_pieces`): a piece's idle ns per cause come from its process's
     cause timeline, so a device costs its own idle intervals and steps, not its process's host calls.
     """
-    causes = _causes(host)
+    return gap_frame(capture, *attributed(capture, steps, idle, host, syncs), host_causes(host))
+
+
+def attributed(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
+               syncs: pd.DataFrame, clip: dict[int, tuple[int, int]] | None = None) -> tuple[np.ndarray, ...]:
+    """:func:`attribute`'s sums as arrays: (device row in ``capture``, group, ns) by device then group (group:
+    :func:`gap_frame`'s code, causes coded as ``host``'s categories). ``clip`` (globalPid -> [t0, t1) ns):
+    only those processes' devices, and only their idle inside that span (an idle interval cut there keeps
+    its whole length and first sync return for its tags)."""
+    causes = host_causes(host)
 
     def sums(pieces: dict, timeline: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         which, label, ns = _label_sums(pieces["proc_start"], pieces["proc_end"], timeline["bounds"],
@@ -462,12 +517,28 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
         flags = pieces["before_launch"][which] * 4 + pieces["after_sync"][which] * 2 + pieces["short_gap"][which]
         group = ((((pieces["step"][which] + 1) * len(LEVELS) + timeline["level"][label]) * (len(causes) + 1)
                   + timeline["cause"][label] + 1) * 8 + flags)
-        return _sum_by(pieces["device"][which], group, ns)
+        return sum_by_group(pieces["device"][which], group, ns)
 
-    parts = list(_idle_pieces(capture, steps, idle, host, syncs, then=sums))
+    parts = list(_idle_pieces(capture, steps, idle, host, syncs, clip=clip, then=sums))
     if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    return sum_by_group(*(np.concatenate(c) for c in zip(*parts)))  # a device's chunks share groups
+
+
+def recoded(group: np.ndarray, codes: np.ndarray, n_causes: int) -> np.ndarray:
+    """Groups (:func:`attributed`) whose cause code c (into categories of ``codes.size`` causes) becomes
+    ``codes[c]`` (into ``n_causes`` categories); untraced stays untraced."""
+    rest, flags = np.divmod(group, 8)
+    rest, cause = np.divmod(rest, codes.size + 1)
+    cause = np.concatenate(([0], codes + 1))[cause]
+    return (rest * (n_causes + 1) + cause) * 8 + flags
+
+
+def gap_frame(capture: pd.DataFrame, device: np.ndarray, group: np.ndarray, ns: np.ndarray,
+              causes: pd.Index) -> pd.DataFrame:
+    """:func:`attribute`'s rows from :func:`attributed`'s arrays (cause codes into ``causes``)."""
+    if not ns.size:
         return pd.DataFrame({c: [] for c in GAP_COLUMNS}).astype({"ns": np.int64, "step": np.int64})
-    device, group, ns = _sum_by(*(np.concatenate(c) for c in zip(*parts)))  # a device's chunks share groups
     rest, flags = np.divmod(group, 8)
     rest, cause = np.divmod(rest, len(causes) + 1)
     step, level = np.divmod(rest, len(LEVELS))
@@ -478,7 +549,7 @@ def attribute(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, 
                          "ns": ns})
 
 
-def _sum_by(device: np.ndarray, group: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sum_by_group(device: np.ndarray, group: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ns (int64) summed per (device, group): (device, group, ns) of each, by device then group."""
     order = np.lexsort((group, device))
     device, group, ns = device[order], group[order], ns[order].astype(np.int64)
@@ -506,7 +577,7 @@ def idle_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[i
         return pd.DataFrame({
             "globalPid": keys[:, 0], "deviceId": keys[:, 1], "start": start[keep], "end": end[keep],
             "cause_kind": np.array(LEVELS, dtype=object)[timeline["level"][label]],
-            "cause": _cause_names(timeline["cause"][label], _causes(host)), "step": pieces["step"][which]})
+            "cause": _cause_names(timeline["cause"][label], host_causes(host)), "step": pieces["step"][which]})
 
     out = list(_idle_pieces(capture, steps, idle, host, syncs, (t0, t1), then=segments))
     if not out:
@@ -515,19 +586,21 @@ def idle_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[i
     return pd.concat(out, ignore_index=True)[SEGMENT_COLUMNS]
 
 
-def _causes(host: pd.DataFrame) -> pd.Index:
+def host_causes(host: pd.DataFrame) -> pd.Index:
     """The host intervals' cause names (their categories: codes index them)."""
     return host["cause"].cat.categories if len(host) else pd.Index([])
 
 
 def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
-                 syncs: pd.DataFrame, window: tuple[int, int] | None = None, *, then: Callable[[dict, dict], object]):
+                 syncs: pd.DataFrame, window: tuple[int, int] | None = None, *, then: Callable[[dict, dict], object],
+                 clip: dict[int, tuple[int, int]] | None = None):
     """``then(pieces, timeline)`` of every chunk of every device's idle cut where its attributes change, with
     each process's cause timeline; chunks are cut and ``then`` applied on threads (threads.ordered_map), the
     results yielded in chunk order.
 
     Devices (rows of ``capture`` with idle in their window; with ``window`` (t0, t1 ns) only the idle
-    intervals overlapping it) are laid side by side, one lane per device (lane d shifted by d x stride,
+    intervals overlapping it; with ``clip`` (globalPid -> (t0, t1) ns) only those processes' devices and their
+    idle cut to that span, each interval keeping its whole extent for its tags) are laid side by side, one lane per device (lane d shifted by d x stride,
     as in metrics), and their processes one lane each, in batches that fit STACK_LIMIT. Then, a block of
     idle intervals at a time (:func:`_idle_chunks`: at most IDLE_CHUNK of them and HOST_CHUNK host-interval
     starts, so bounded temporaries), the cause timeline of their processes
@@ -543,12 +616,18 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
     if capture.empty:
         return
     for pos, (pid, dev, a, b) in enumerate(capture[[*DEVICE, "window_start", "window_end"]].to_numpy(np.int64)):
+        if clip is not None and int(pid) not in clip:
+            continue
         s, e = _idle_within(idle[(int(pid), int(dev))], int(a), int(b))
-        if window is not None:
-            i, j = int(np.searchsorted(e, window[0], side="right")), int(np.searchsorted(s, window[1]))
+        span = window if clip is None else clip[int(pid)]
+        if span is not None:
+            i, j = int(np.searchsorted(e, span[0], side="right")), int(np.searchsorted(s, span[1]))
             s, e = s[i:j], e[i:j]
+        whole_s, whole_e = s, e
+        if clip is not None and s.size and (s[0] < span[0] or e[-1] > span[1]):
+            s, e = np.maximum(s, span[0]), np.minimum(e, span[1])
         if s.size:
-            devices.append((pos, int(pid), int(dev), s, e))
+            devices.append((pos, int(pid), int(dev), s, e, whole_s, whole_e))
     if not devices:
         return
     step_cols = ["window_start", "window_end", "cpu_start", "first_launch"]
@@ -587,7 +666,7 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
             j = np.searchsorted(ends, whole_s + to_proc, side="left")
             inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < whole_e + to_proc)
             fs[inside] = ends[j[inside]] - to_proc[inside]
-        timeline = _cause_timeline(calls, int((s + to_proc).min()), int((e + to_proc).max()), len(_causes(host)))
+        timeline = _cause_timeline(calls, int((s + to_proc).min()), int((e + to_proc).max()), len(host_causes(host)))
         inner = step_points[np.searchsorted(step_points, s[0]):np.searchsorted(step_points, e[-1], side="right")]
         p = unique_sorted(np.concatenate([s, e, fs[(fs >= s) & (fs < e)], inner]))
         # a step's CPU start or window end inside an idle interval takes effect at the first point at or after
@@ -637,7 +716,7 @@ def _idle_chunks(devices: list[tuple], device_shift: np.ndarray, to_process: np.
         pending.clear()
         return np.repeat(np.array(lanes, np.int64), sizes), s, e, *whole
 
-    for j, (_, _, _, starts, ends) in enumerate(devices):  # the device's own times
+    for j, (_, _, _, starts, ends, whole_starts, whole_ends) in enumerate(devices):  # the device's own times
         to_lane, shift = int(device_shift[j] + to_process[j]), device_shift[j]  # own time -> process, device lane
         i, rest = 0, None  # the next interval, and where its part after a cut starts (None: uncut)
         while i < starts.size:
@@ -651,9 +730,12 @@ def _idle_chunks(devices: list[tuple], device_shift: np.ndarray, to_process: np.
             limit = int(host_starts[base + HOST_CHUNK]) - to_lane if base + HOST_CHUNK < host_starts.size else NEVER
             stop = min(i + IDLE_CHUNK - count, int(np.searchsorted(ends, limit, side="right")))
             if stop > i:
-                whole_s, whole_e = starts[i:stop] + shift, ends[i:stop] + shift
-                s = whole_s if rest is None else np.concatenate(([rest + shift], whole_s[1:]))
-                pending.append((j, s, whole_e, whole_s, whole_e))
+                s, e = starts[i:stop] + shift, ends[i:stop] + shift
+                whole_s = s if whole_starts is starts else whole_starts[i:stop] + shift
+                whole_e = e if whole_ends is ends else whole_ends[i:stop] + shift
+                if rest is not None:
+                    s = np.concatenate(([rest + shift], s[1:]))
+                pending.append((j, s, e, whole_s, whole_e))
                 count, i, rest = count + stop - i, stop, None
                 top = int(np.searchsorted(host_starts, int(ends[stop - 1]) + to_lane))
                 if count == IDLE_CHUNK or (i < starts.size and ends[i] > limit):
@@ -663,7 +745,7 @@ def _idle_chunks(devices: list[tuple], device_shift: np.ndarray, to_process: np.
             else:  # it alone holds more host starts: its part up to the host start HOST_CHUNK on (or the next later)
                 later = max(base + HOST_CHUNK, int(np.searchsorted(host_starts, begin + to_lane, side="right")))
                 cut = min(int(host_starts[later]) - to_lane, int(ends[i])) if later < host_starts.size else int(ends[i])
-                whole = (np.array([starts[i] + shift]), np.array([ends[i] + shift]))
+                whole = (np.array([whole_starts[i] + shift]), np.array([whole_ends[i] + shift]))
                 pending.append((j, np.array([begin + shift]), np.array([cut + shift]), *whole))
                 yield flush()
                 i, rest = (i, cut) if cut < ends[i] else (i + 1, None)

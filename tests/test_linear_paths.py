@@ -342,7 +342,7 @@ def gaps_one_device_at_a_time(capture, steps, idle, host, syncs) -> pd.DataFrame
                 if t < last["window_end"]:
                     step[i] = last["step"]
                     before[i] = last["cpu_start"] <= t < last["first_launch"]
-        names = np.asarray(A._causes(host), dtype=object)
+        names = np.asarray(A.host_causes(host), dtype=object)
         rows.append(pd.DataFrame({
             "globalPid": key[0], "deviceId": key[1], "step": step, "cause_kind": np.array(A.LEVELS, dtype=object)[level],
             "cause": np.where(cause >= 0, names[np.maximum(cause, 0)] if names.size else "", A.UNTRACED),

@@ -139,13 +139,13 @@ def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch
 
 
 def test_host_intervals_are_sorted_by_process_then_start_with_ties_in_part_order():
-    """Unit test on hand-made arrays: _sorted_concat orders rows by (globalPid, start), keeps ties in the
+    """Unit test on hand-made arrays: concat_host_parts orders rows by (globalPid, start), keeps ties in the
     parts' order (the attribution's stable sort by start relies on it), unions the causes' categories."""
     first = pd.DataFrame({"start": [30, 10], "end": [40, 20], "globalPid": [2, 1], "level": [1, 1],
                           "cause": pd.Categorical(["sync", "sync"])})
     second = {"start": [10, 5], "end": [15, 9], "globalPid": [1, 2], "level": [2, 2],
               "cause": pd.Categorical(["write", "read"])}
-    got = A._sorted_concat([first, {k: pd.Series(v).to_numpy() if k != "cause" else v for k, v in second.items()}])
+    got = A.concat_host_parts([first, {k: pd.Series(v).to_numpy() if k != "cause" else v for k, v in second.items()}])
     assert got[["globalPid", "start", "end", "level"]].values.tolist() == [
         [1, 10, 20, 1], [1, 10, 15, 2], [2, 5, 9, 2], [2, 30, 40, 1]]
     assert got["cause"].tolist() == ["sync", "write", "read", "sync"]
@@ -153,7 +153,7 @@ def test_host_intervals_are_sorted_by_process_then_start_with_ties_in_part_order
     for starts, expected in (([5, 3, 1], [3, 5, 1]), ([3, 5, 1], [3, 5, 1])):  # processes in order, starts not / sorted
         part = {"start": np.array(starts), "end": np.array(starts) + 1, "globalPid": np.array([1, 1, 2]),
                 "level": np.array([1, 1, 1]), "cause": pd.Categorical(["a", "b", "c"])}
-        assert A._sorted_concat([part])["start"].tolist() == expected
+        assert A.concat_host_parts([part])["start"].tolist() == expected
 
 
 def test_os_call_names_decode_by_lookup_table_or_search():

@@ -129,10 +129,15 @@ class Trace:
         and end that each of them passes; :func:`tables.osrt_calls`)."""
         return tables.osrt_calls(self.conn, self.schema, names, threads, keep, keep_time)
 
-    def osrt_and_named(self, names: tuple[str, ...], threads, keep=None, keep_time=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def osrt_and_named(self, names: tuple[str, ...], threads, keep=None, keep_time=None,
+                       rowids: tuple[int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``(osrt(names), osrt(None, threads, keep, keep_time))`` from one scan of the OS runtime calls
-        (:func:`tables.osrt_calls_and_named`)."""
-        return tables.osrt_calls_and_named(self.conn, self.schema, names, threads, keep, keep_time)
+        (:func:`tables.osrt_calls_and_named`); ``rowids`` (lo, hi): of the rows lo <= rowid < hi only."""
+        return tables.osrt_calls_and_named(self.conn, self.schema, names, threads, keep, keep_time, rowids)
+
+    def osrt_rowids(self) -> tuple[int, int] | None:
+        """(lo, hi): the OS runtime calls' rowids lie in [lo, hi); None without OS runtime calls."""
+        return tables.osrt_rowids(self.conn, self.schema)
 
     @cached_property
     def mpi(self) -> pd.DataFrame:

@@ -693,13 +693,15 @@ OSRT_COLUMNS = ["start", "end", "globalTid", "name"]
 
 def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] | None, threads=None,
                keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
-               keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> pd.DataFrame:
+               keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+               rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name
     (categorical: a trace's millions of calls have a few dozen names). ``threads`` (globalTids) keeps only
     the calls of those threads (in SQL); ``keep`` (start, end, globalTid arrays of a chunk -> row mask) filters
     each chunk as it is read, ``keep_time`` (start, end -> row mask: a test every kept call passes) before a
-    call's other columns are decoded (:func:`fetch_columns`), so only the kept calls are ever held. Read
-    column-wise; the names once per distinct nameId; calls whose nameId has no string are left out."""
+    call's other columns are decoded (:func:`fetch_columns`), so only the kept calls are ever held; ``rowids``
+    (lo, hi): only the rows lo <= rowid < hi. Read column-wise; the names once per distinct nameId; calls
+    whose nameId has no string are left out."""
     if not _has_osrt(schema):
         return _no_osrt_calls()
     within = []
@@ -713,21 +715,30 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
             return _no_osrt_calls()
         within.append(("globalTid", _ids(threads)))
     early = (("start", "end"), keep_time) if keep_time is not None else None
-    return _named(conn, schema, _osrt_rows(conn, tuple(within), keep, early))
+    return _named(conn, schema, _osrt_rows(conn, tuple(within), keep, early, rowids))
+
+
+def osrt_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
+    """(lo, hi): the OS runtime table's rowids are lo <= rowid < hi (from the b-tree's ends); None without
+    OS runtime calls."""
+    if not _has_osrt(schema):
+        return None
+    lo, hi = conn.execute(f'SELECT min(rowid), max(rowid) FROM "{OSRT}"').fetchone()
+    return None if lo is None else (int(lo), int(hi) + 1)
 
 
 def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...], threads,
                          keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
                          keep_time: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                         rowids: tuple[int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(osrt_calls(names), osrt_calls(None, threads, keep, keep_time))`` from one scan of the table instead
     of two: the calls either selects are read together (a call is kept when it has one of the names or
     passes the thread, ``keep_time`` and ``keep`` tests) and split after, a column at a time. The same rows,
-    in the same order, as the two reads (a test of a row depends on that row alone)."""
+    in the same order, as the two reads (a test of a row depends on that row alone); ``rowids`` as there."""
     ids = _name_ids(conn, names) if _has_osrt(schema) else ()
     if not ids or threads is None or not len(threads):  # one of the two reads is empty or reads every call
-        return (osrt_calls(conn, schema, names),
-                osrt_calls(conn, schema, None, threads, keep, keep_time))
+        return (osrt_calls(conn, schema, names, rowids=rowids),
+                osrt_calls(conn, schema, None, threads, keep, keep_time, rowids))
     named_ids, tids = np.asarray(ids, dtype=np.int64), np.asarray(_ids(threads), dtype=np.int64)
 
     def selected(rows: dict[str, np.ndarray]) -> np.ndarray:
@@ -737,7 +748,7 @@ def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[
     early = None
     if keep_time is not None:
         early = (("start", "end", "nameId"), lambda s, e, name_id: np.isin(name_id, named_ids) | keep_time(s, e))
-    rows = _osrt_rows(conn, (), lambda chunk: np.isin(chunk["nameId"], named_ids) | selected(chunk), early)
+    rows = _osrt_rows(conn, (), lambda chunk: np.isin(chunk["nameId"], named_ids) | selected(chunk), early, rowids)
     columns = {c: rows.pop(c).to_numpy() for c in list(rows.columns)}
     del rows
     is_named = np.isin(columns["nameId"], named_ids)
@@ -771,12 +782,12 @@ def _name_ids(conn: sqlite3.Connection, names: tuple[str, ...]) -> tuple[int, ..
                                            names))
 
 
-def _osrt_rows(conn: sqlite3.Connection, within: tuple, keep, early) -> pd.DataFrame:
+def _osrt_rows(conn: sqlite3.Connection, within: tuple, keep, early, rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """The OS runtime calls' start, end, globalTid and nameId (:func:`fetch_columns`: every column not NULL,
-    ``within``, ``keep``, ``early``)."""
+    ``within``, ``keep``, ``early``, ``rowids``)."""
     where = Where(("end", "start", "globalTid", "nameId"), within)
     return fetch_columns(conn, OSRT, {"start": "start", "end": '"end"', "globalTid": "globalTid", "nameId": "nameId"},
-                         where, small=("nameId",), steady=("globalTid",), keep=keep, early=early)
+                         where, small=("nameId",), steady=("globalTid",), keep=keep, early=early, rowids=rowids)
 
 
 def _named(conn: sqlite3.Connection, schema: Schema, df: pd.DataFrame) -> pd.DataFrame:
