@@ -398,7 +398,7 @@ def test_idle_chunks_cut_only_at_host_starts_and_cover_the_idle(monkeypatch):
     host = np.array([0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 50, 50, 50, 50, 50, 50, 60], np.int64)
     idle = {0: (np.array([5, 40, 49]), np.array([30, 45, 70])), 1: (np.array([1, 12]), np.array([2, 13]))}
     stride = 1000
-    devices = [(d, 7, d, *idle[d]) for d in (0, 1)]
+    devices = [(d, 7, d, *idle[d], *idle[d]) for d in (0, 1)]  # uncut: each device's idle is its whole idle
     device_shift = np.array([0, stride], np.int64)
     to_process = -device_shift  # one process, on its own times
     pieces = {0: [], 1: []}
@@ -421,6 +421,11 @@ def test_idle_chunks_cut_only_at_host_starts_and_cover_the_idle(monkeypatch):
     assert [(x, y) for x, y, _, _ in sorted(pieces[0])] == [(5, 14), (14, 18), (18, 30), (40, 45), (49, 50),
                                                             (50, 60), (60, 70)]  # [10, 14): four host starts
     assert [(x, y) for x, y, _, _ in sorted(pieces[1])] == [(1, 2), (12, 13)]
+    # device 0 cut to [20, 65) (a segment of the attribution): its pieces cover that, each keeping its whole interval
+    clipped = [(0, 7, 0, np.array([20, 40, 49]), np.array([30, 45, 65]), *idle[0])]
+    got = [(int(x), int(y), int(wx), int(wy)) for lane, s, e, whole_s, whole_e
+           in A._idle_chunks(clipped, device_shift[:1], to_process[:1], host) for x, y, wx, wy in zip(s, e, whole_s, whole_e)]
+    assert sorted(got) == [(20, 30, 5, 30), (40, 45, 40, 45), (49, 50, 49, 70), (50, 60, 49, 70), (60, 65, 49, 70)]
 
 
 def test_process_idle_union_keeps_the_calls_of_every_device(tmp_path):

@@ -1,0 +1,148 @@
+"""The attribution in time segments (issue 20, item 2): with the OS runtime calls read a block of rowids at a
+time and each process's idle attributed up to a cut, the gaps and summary equal the one-pass attribution."""
+import shutil
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nsysanalyze
+from nsysanalyze import attribution as A
+from nsysanalyze import segmented as SEG
+from conftest import fixture_trace, shared_trace
+
+REAL = [("fixtures", "compile_warmup.sqlite", 4000, 400), ("fixtures", "optimizer_unfused.sqlite", 2000, 100),
+        ("fixtures", "vit_l32_ddp.sqlite", 1000, 100), ("fixtures", "gloo_8rank_slow_2.sqlite", 1000, 100),
+        ("fixtures", "resnet18_baseline.sqlite", 500, 60),
+        ("shared", "public/bwyogatama__report1.sqlite", 300, 30),
+        ("shared", "public/nsightful__power_iteration__baseline.sqlite", 100, 10)]
+
+
+def _results(path):
+    with nsysanalyze.open(path) as a:
+        return a.gaps(), a.summary()
+
+
+def _segmented(monkeypatch, path, block: int, segment: int):
+    """The gaps and summary with blocks of ``block`` rowids and cuts every ``segment`` held calls, the number
+    of segments attributed, and whether the attribution fell back to one pass."""
+    monkeypatch.setattr(SEG, "OS_BLOCK_ROWS", block)
+    monkeypatch.setattr(SEG, "OS_SEGMENT_ROWS", segment)
+    seen = {"segments": 0, "one_pass": False}
+    real_attribute, real_run = SEG._Segments.attribute, SEG._Segments.run
+
+    def attribute(self, final):
+        seen["segments"] += 1
+        return real_attribute(self, final)
+
+    def run(self, read, rowids):
+        try:
+            return real_run(self, read, rowids)
+        except SEG._OnePass:
+            seen["one_pass"] = True
+            raise
+
+    monkeypatch.setattr(SEG._Segments, "attribute", attribute)
+    monkeypatch.setattr(SEG._Segments, "run", run)
+    out = _results(path)
+    monkeypatch.undo()
+    return (*out, seen)
+
+
+@pytest.mark.parametrize("where,name,block,segment", REAL, ids=[r[1] for r in REAL])
+def test_segments_equal_one_pass_on_real_exports(monkeypatch, where, name, block, segment):
+    """Real exports (a torch.compile capture with 336k OS calls, multi-threaded launches, DDP, gloo ranks, other
+    projects' captures; power_iteration's OS calls are not in start order by rowid): cut into many segments,
+    the attribution gives the one-pass gaps and summary, without falling back to one pass."""
+    path = fixture_trace(name) if where == "fixtures" else shared_trace(name)
+    gaps, summary = _results(path)
+    seg_gaps, seg_summary, seen = _segmented(monkeypatch, path, block, segment)
+    assert seen["segments"] >= 3 and not seen["one_pass"]
+    pd.testing.assert_frame_equal(seg_gaps, gaps)
+    pd.testing.assert_frame_equal(seg_summary, summary)
+    assert (gaps["cause_kind"] == "os_runtime").any()
+
+
+def test_calls_out_of_start_order_fall_back_to_one_pass(tmp_path, monkeypatch):
+    """A copy of a real export (resnet18_baseline) whose OS runtime table is rewritten in reverse start order:
+    the first block's cut lies after the next block's calls, so the attribution is made in one pass, and it
+    equals the original's."""
+    path = tmp_path / "reversed.sqlite"
+    shutil.copy(fixture_trace("resnet18_baseline.sqlite"), path)
+    with sqlite3.connect(path) as db:
+        ddl = db.execute("SELECT sql FROM sqlite_master WHERE name = 'OSRT_API'").fetchone()[0]
+        db.execute(ddl.replace("OSRT_API", "OSRT_API_reversed", 1))
+        db.execute("INSERT INTO OSRT_API_reversed SELECT * FROM OSRT_API ORDER BY start DESC")
+        db.execute("DROP TABLE OSRT_API")
+        db.execute("ALTER TABLE OSRT_API_reversed RENAME TO OSRT_API")
+    gaps, summary = _results(fixture_trace("resnet18_baseline.sqlite"))
+    seg_gaps, seg_summary, seen = _segmented(monkeypatch, path, 1000, 100)
+    assert seen["one_pass"]
+    pd.testing.assert_frame_equal(seg_gaps, gaps)
+    pd.testing.assert_frame_equal(seg_summary, summary)
+
+
+def test_a_process_found_waiting_late_falls_back_to_one_pass(monkeypatch):
+    """On a real export (vit_l32_ddp, whose backward is launched from autograd threads): when the primary
+    thread's OS waits are first seen after a segment was attributed without that process's launch gaps of
+    other threads (the waits hidden from the first half of the blocks here), the attribution is made in one
+    pass and equals the one-pass result; without the fallback those segments would lack the launch gaps."""
+    path = fixture_trace("vit_l32_ddp.sqlite")
+    gaps, summary = _results(path)
+    with nsysanalyze.open(path) as a:
+        lo, hi = a.trace.osrt_rowids()
+    hidden = (hi - lo) // 1000 // 2
+    assert gaps["cause"].str.startswith("between launches on another thread").any()
+    real = A.HostSources.waiting_processes
+    calls = {"n": 0}
+
+    def late(self, waiting):
+        calls["n"] += 1
+        return real(self, waiting) if calls["n"] > hidden else np.empty(0, np.int64)
+
+    monkeypatch.setattr(A.HostSources, "waiting_processes", late)
+    seg_gaps, seg_summary, seen = _segmented(monkeypatch, path, 1000, 100)
+    assert seen["one_pass"] and calls["n"] > hidden + 1
+    pd.testing.assert_frame_equal(seg_gaps, gaps)
+    pd.testing.assert_frame_equal(seg_summary, summary)
+
+
+def test_carried_picks_the_last_started_the_furthest_reaching_and_the_open():
+    """Unit test on made-up intervals of one process (worked out by hand), cut at 50. Level 0 keeps the last
+    started (g, 38-40) and the first of the two reaching furthest (a, 0-45, not d, 20-45), not b (30-35);
+    level 1 keeps the one open at the cut (c, 25-60), not e (10-12), which ends before c's start is the last;
+    f starts at the cut, so it is not before it."""
+    #                 a   b   c   d   e   f   g
+    start = np.array([0, 30, 25, 20, 10, 50, 38])
+    end = np.array([45, 35, 60, 45, 12, 70, 40])
+    level = np.array([0, 0, 1, 0, 1, 0, 0])
+    order = np.argsort(start, kind="stable")  # the host order: by start
+    keep = SEG.carried(start[order], end[order], np.ones(7, np.int64), level[order], np.full(7, 50))
+    assert sorted("abcdefg"[i] for i in order[keep]) == ["a", "c", "g"]
+
+
+def test_carried_intervals_give_the_same_labels_and_bounds_after_the_cut():
+    """Random intervals (three levels, nested and overlapping, ties included): with only the carried ones
+    before the cut, each level's label (attribution._active_label) at every time from the cut on, and the
+    interval edges from the cut on, are those of every interval — what the exactness of the segments rests on."""
+    rng = np.random.default_rng(20)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        start = np.sort(rng.integers(0, 100, n))
+        end = start + rng.integers(1, 60, n)
+        level = rng.integers(0, 3, n).astype(np.int8)
+        cut = int(rng.integers(0, 120))
+        keep = SEG.carried(start, end, np.zeros(n, np.int64), level, np.full(n, cut))
+        keep |= start >= cut
+        times = np.arange(cut, 200)
+        for lv in range(3):
+            mine = level == lv
+            labels = np.flatnonzero(mine)
+            every = A._active_label(start[mine], end[mine], labels, times)
+            kept = mine & keep
+            some = A._active_label(start[kept], end[kept], np.flatnonzero(kept), times)
+            assert (every == some).all()
+        edges = np.unique(np.concatenate([start, end]))
+        kept_edges = np.unique(np.concatenate([start[keep], end[keep]]))
+        assert (edges[edges >= cut] == kept_edges[kept_edges >= cut]).all()
