@@ -246,7 +246,7 @@ class Analysis:
 
             host = A.host_intervals(handed_over.pop(), self._api_names, os_calls, t.nvtx, self._step_ranges[0],
                                     devices, t.mpi)
-            munmap = scanned.pop("munmap")
+            munmap = M.munmap_metrics(windows, scanned.pop("munmap"), idle)
             self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
             if self.keep_attribution_inputs:
                 self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
@@ -258,10 +258,9 @@ class Analysis:
                 return t.osrt_and_named(("munmap",), sources.cause_threads, sources.keep, sources.keep_time, rowids)
 
             self.__dict__["_gaps"], munmap = SEG.attribute_in_segments(capture, steps_at, idle, sources, syncs,
-                                                                       os_block, os_rowids)
+                                                                       os_block, os_rowids, windows)
             del sources
-        cpu = pd.concat([cpu, M.munmap_metrics(windows, munmap, idle)], axis=1)
-        del munmap
+        cpu = pd.concat([cpu, munmap], axis=1)
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
         del idle

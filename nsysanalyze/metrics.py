@@ -374,22 +374,32 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def munmap_metrics(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> pd.DataFrame:
+class CallsOutOfOrder(ValueError):
+    """A block's call starts before the latest start of its thread or process in earlier blocks."""
+
+
+def munmap_metrics(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple],
+                   reach: dict | None = None) -> pd.DataFrame:
     """munmap_count, munmap_ns and munmap_gpu_idle_ns per window row (the module docstring); ``idle``: per
     (globalPid, deviceId) the GPU idle intervals (starts, ends ns), the complement of the busy union over
-    a span holding each of that device's windows (attribution.idle_by_device)."""
+    a span holding each of that device's windows (attribution.idle_by_device). ``reach``: for the calls given
+    a block at a time in start order, the state between blocks (a dict, updated): then the blocks' metrics
+    add up to those of every call (CallsOutOfOrder when a call starts before an earlier block's latest call
+    of its thread or process)."""
     out = pd.DataFrame(index=windows.index)
     mm = _window_sums(windows, munmap["globalTid"].to_numpy(), munmap["start"].to_numpy(), munmap["end"].to_numpy(),
                       None, {"munmap_count": (None, False), "munmap_ns": (None, True)})
     out["munmap_count"] = mm["munmap_count"]
     out["munmap_ns"] = mm["munmap_ns"]
-    out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, idle)
+    out["munmap_gpu_idle_ns"] = _munmap_gpu_idle(windows, munmap, idle, reach)
     return out
 
 
-def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> np.ndarray:
+def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple],
+                     reach: dict | None) -> np.ndarray:
     """GPU idle ns in each GPU window coinciding with munmap calls of the window's thread/process:
-    |munmap ∩ idle| inside the window (= |munmap - busy| there: the window lies in the idle's span)."""
+    |munmap ∩ idle| inside the window (= |munmap - busy| there: the window lies in the idle's span). With
+    ``reach`` (munmap_metrics), only the part of this block's union that no earlier block's call covers."""
     out = np.zeros(len(windows), dtype=np.int64)
     if munmap.empty:
         return out
@@ -406,11 +416,28 @@ def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tup
             continue
         if (tid < 0, key) not in unions:
             rows = groups[key]
-            unions[(tid < 0, key)] = Coverage(starts, ends) if rows is None else Coverage(starts[rows], ends[rows])
+            s, e = (starts, ends) if rows is None else (starts[rows], ends[rows])
+            unions[(tid < 0, key)] = Coverage(s, e) if reach is None else _uncovered_before(s, e, reach, (tid < 0, key))
         if (pid, dev) not in idle_of:
             idle_of[(pid, dev)] = Coverage(*idle[(pid, dev)], disjoint=True)
         out[idx] = intersection_within(unions[(tid < 0, key)], idle_of[(pid, dev)], w_start[idx], w_end[idx])
     return out
+
+
+def _uncovered_before(starts: np.ndarray, ends: np.ndarray, reach: dict, key: tuple) -> Coverage:
+    """The union of one key's calls of this block less what its earlier blocks' calls cover: each call from
+    the furthest end of the calls started before it (``reach[key]``: the earlier blocks' latest start and
+    furthest end, updated)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    latest, furthest = reach.get(key, (np.iinfo(np.int64).min, np.iinfo(np.int64).min))
+    if s[0] < latest:
+        raise CallsOutOfOrder(f"a munmap call starts at {s[0]} ns, before an earlier block's at {latest} ns")
+    covered = np.maximum.accumulate(e)
+    reach[key] = (int(s[-1]), max(furthest, int(covered[-1])))
+    s = np.maximum(s, np.concatenate(([furthest], np.maximum(covered[:-1], furthest))))
+    new = e > s
+    return Coverage(s[new], e[new], disjoint=True)
 
 
 def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame) -> dict[tuple[int, int], Coverage]:

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import attribution as A
+from . import metrics as M
 from .intervals import group_indices
 
 OS_BLOCK_ROWS = 1 << 20    # OS runtime rows (by rowid) read at a time
@@ -43,16 +44,17 @@ class _OnePass(Exception):
 def attribute_in_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple],
                           sources: A.HostSources, syncs: pd.DataFrame,
                           read: Callable[[tuple[int, int] | None], tuple[pd.DataFrame, pd.DataFrame]],
-                          rowids: tuple[int, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(:func:`attribution.attribute`'s rows, every munmap call) with the OS calls read a block at a time.
-    Arguments as there, plus ``sources`` (:func:`attribution.host_sources`), ``read(rowids)``: the munmap
-    calls and the kept OS calls (:func:`attribution.host_intervals`' ``os_calls``) of the rows
-    lo <= rowid < hi (None: every row), and ``rowids``: the OS table's [lo, hi)."""
+                          rowids: tuple[int, int], windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`attribution.attribute`'s rows, :func:`metrics.munmap_metrics` of ``windows``) with the OS calls
+    read a block at a time. Arguments as there, plus ``sources`` (:func:`attribution.host_sources`),
+    ``read(rowids)``: the munmap calls and the kept OS calls (:func:`attribution.host_intervals`' ``os_calls``)
+    of the rows lo <= rowid < hi (None: every row), and ``rowids``: the OS table's [lo, hi)."""
     try:
-        return _Segments(capture, steps, idle, sources, syncs).run(read, rowids)
-    except _OnePass:
+        return _Segments(capture, steps, idle, sources, syncs).run(read, rowids, windows)
+    except (_OnePass, M.CallsOutOfOrder):
         munmap, calls = read(None)
-        return A.attribute(capture, steps, idle, A.host_frame(sources, calls), syncs), munmap
+        gaps = A.attribute(capture, steps, idle, A.host_frame(sources, calls), syncs)
+        return gaps, M.munmap_metrics(windows, munmap, idle)
 
 
 class _Segments:
@@ -73,18 +75,20 @@ class _Segments:
         self.os_names: set[str] = set()
         self.sums: list[tuple] = []
 
-    def run(self, read, rowids: tuple[int, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def run(self, read, rowids: tuple[int, int], windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         lo, hi = rowids
-        munmaps = []
+        munmap_sums, reach = None, {}
         for first in range(lo, hi, OS_BLOCK_ROWS):
             munmap, calls = read((first, min(first + OS_BLOCK_ROWS, hi)))
-            munmaps.append(munmap)
+            sums = M.munmap_metrics(windows, munmap, self.idle, reach)
+            munmap_sums = sums if munmap_sums is None else munmap_sums + sums
+            del munmap
             self.add(A.os_host_part(calls, self.sources))
             del calls
             final = first + OS_BLOCK_ROWS >= hi
             if final or self.held["start"].size >= OS_SEGMENT_ROWS:
                 self.attribute(final)
-        return self.gaps(), pd.concat(munmaps, ignore_index=True)
+        return self.gaps(), munmap_sums
 
     def add(self, part: dict) -> None:
         """Hold one block's OS host intervals (read after every cut of their process, else _OnePass)."""

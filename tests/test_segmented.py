@@ -9,19 +9,21 @@ import pytest
 
 import nsysanalyze
 from nsysanalyze import attribution as A
+from nsysanalyze import metrics as M
 from nsysanalyze import segmented as SEG
 from conftest import fixture_trace, shared_trace
 
 REAL = [("fixtures", "compile_warmup.sqlite", 4000, 400), ("fixtures", "optimizer_unfused.sqlite", 2000, 100),
         ("fixtures", "vit_l32_ddp.sqlite", 1000, 100), ("fixtures", "gloo_8rank_slow_2.sqlite", 1000, 100),
-        ("fixtures", "resnet18_baseline.sqlite", 500, 60),
+        ("fixtures", "resnet18_baseline.sqlite", 500, 60), ("fixtures", "empty_cache_per_step.sqlite", 500, 60),
         ("shared", "public/bwyogatama__report1.sqlite", 300, 30),
         ("shared", "public/nsightful__power_iteration__baseline.sqlite", 100, 10)]
 
 
 def _results(path):
+    """The gaps, and the summary and step rows (their munmap metrics come from the same blocks)."""
     with nsysanalyze.open(path) as a:
-        return a.gaps(), a.summary()
+        return a.gaps(), pd.concat([a.summary(), a.steps()])
 
 
 def _segmented(monkeypatch, path, block: int, segment: int):
@@ -36,9 +38,9 @@ def _segmented(monkeypatch, path, block: int, segment: int):
         seen["segments"] += 1
         return real_attribute(self, final)
 
-    def run(self, read, rowids):
+    def run(self, read, rowids, windows):
         try:
-            return real_run(self, read, rowids)
+            return real_run(self, read, rowids, windows)
         except SEG._OnePass:
             seen["one_pass"] = True
             raise
@@ -54,7 +56,8 @@ def _segmented(monkeypatch, path, block: int, segment: int):
 def test_segments_equal_one_pass_on_real_exports(monkeypatch, where, name, block, segment):
     """Real exports (a torch.compile capture with 336k OS calls, multi-threaded launches, DDP, gloo ranks, other
     projects' captures; power_iteration's OS calls are not in start order by rowid): cut into many segments,
-    the attribution gives the one-pass gaps and summary, without falling back to one pass."""
+    the attribution gives the one-pass gaps, summary and steps (munmap metrics included), without falling
+    back to one pass."""
     path = fixture_trace(name) if where == "fixtures" else shared_trace(name)
     gaps, summary = _results(path)
     seg_gaps, seg_summary, seen = _segmented(monkeypatch, path, block, segment)
@@ -146,3 +149,17 @@ def test_carried_intervals_give_the_same_labels_and_bounds_after_the_cut():
         edges = np.unique(np.concatenate([start, end]))
         kept_edges = np.unique(np.concatenate([start[keep], end[keep]]))
         assert (edges[edges >= cut] == kept_edges[kept_edges >= cut]).all()
+
+
+def test_munmap_blocks_add_up_to_the_union_of_every_call():
+    """Unit test on made-up calls of one thread in two blocks (worked out by hand): the second block's union
+    counts only what the first did not cover ([10, 15) of 9-15, and 20-25), so the two add up to the union's
+    25 ns; a later block with a call before the first block's latest start is out of order."""
+    reach = {}
+    first = M._uncovered_before(np.array([0, 5]), np.array([10, 8]), reach, "t")
+    second = M._uncovered_before(np.array([9, 20]), np.array([15, 25]), reach, "t")
+    assert (first.starts.tolist(), first.ends.tolist()) == ([0], [10])
+    assert (second.starts.tolist(), second.ends.tolist()) == ([10, 20], [15, 25])
+    assert reach["t"] == (20, 25)
+    with pytest.raises(M.CallsOutOfOrder):
+        M._uncovered_before(np.array([19]), np.array([30]), reach, "t")
