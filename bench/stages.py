@@ -90,13 +90,15 @@ def main(path: str) -> None:
     from nsysanalyze import analysis
     from nsysanalyze import attribution as A
     from nsysanalyze import metrics as M
+    from nsysanalyze import segmented as SEG
     from nsysanalyze.render import json as json_render
     from nsysanalyze.render.contract import report
     clock.add("imports", [b - a for a, b in zip(start, now())])
     pass_parts = [(M, "gpu_metrics", "pass: GPU metrics"), (M, "busy_coverage", "pass: busy unions"),
                   (M, "cpu_metrics", "pass: CPU metrics"), (A, "host_intervals", "pass: attribution (host intervals)"),
                   (A, "attribute", "pass: attribution (idle gaps)"), (A, "idle_by_device", "pass: idle intervals"),
-                  (A, "idle_gap_metrics", "pass: idle-gap metrics"), (A, "first_launch_times", "pass: first launches")]
+                  (A, "idle_gap_metrics", "pass: idle-gap metrics"), (A, "first_launch_times", "pass: first launches"),
+                  (SEG, "attribute_in_segments", "pass: attribution in segments (OS calls, idle gaps, munmap)")]
     for module, attr, name in pass_parts:
         clock.wrap(module, attr, name)
     a = clock.run("open (schema)", analysis.Analysis, path)
