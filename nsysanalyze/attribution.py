@@ -52,6 +52,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -159,6 +160,18 @@ class HostSources:
     runtime: pd.DataFrame
     keep: Callable
     keep_time: Callable
+
+    @cached_property
+    def cuda_calls(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per thread: its CUDA calls' starts (``runtime``), sorted, and the furthest end so far (made once,
+        for every block of OS calls)."""
+        r_start, r_end = self.runtime["start"].to_numpy(), self.runtime["end"].to_numpy()
+        calls = {}
+        for (tid,), rows in group_indices(self.runtime["globalTid"].to_numpy()):
+            s, e = (r_start, r_end) if rows is None else (r_start[rows], r_end[rows])
+            order = np.argsort(s, kind="stable")
+            calls[tid] = (s[order], np.maximum.accumulate(e[order]))
+        return calls
 
     def waiting_processes(self, waiting: np.ndarray) -> np.ndarray:
         """The globalPids whose primary thread is among ``waiting`` (threads that made an OS wait during idle)."""
@@ -317,7 +330,7 @@ def os_host_part(osrt: pd.DataFrame, sources: HostSources) -> dict:
     waiting = np.unique(tid[wait])
     is_primary = isin_blocks(tid, list(sources.primary.values()))
     keep = np.where(wait, is_primary, is_primary | isin_blocks(tid, sources.launch_tids))
-    keep &= ~_inside_cuda_calls(osrt, sources.runtime)
+    keep &= ~_inside_cuda_calls(osrt, sources.cuda_calls)
     level = np.where(wait, np.int8(WAIT), np.int8(OS_ACTIVE)).astype(np.int8)
     del wait, is_primary, tid
     everything = bool(keep.all())
@@ -410,19 +423,14 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
                         copy=False)
 
 
-def _inside_cuda_calls(osrt: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
+def _inside_cuda_calls(osrt: pd.DataFrame, calls: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Mask of the OS calls made inside a CUDA call of their own thread (the call's work, e.g. a launch's
     ioctl): the last call of that thread to start at or before the OS call ends at or after it (a thread's
-    CUDA calls do not overlap). One sorted lookup per thread, a block of OS calls at a time."""
+    CUDA calls do not overlap; ``calls``: :attr:`HostSources.cuda_calls`). One sorted lookup per thread, a
+    block of OS calls at a time."""
     inside = np.zeros(len(osrt), dtype=bool)
-    if not len(runtime):
+    if not calls:
         return inside
-    r_start, r_end = runtime["start"].to_numpy(), runtime["end"].to_numpy()
-    calls = {}  # per thread: its CUDA calls' starts, sorted, and the furthest end so far
-    for (tid,), rows in group_indices(runtime["globalTid"].to_numpy()):
-        s, e = (r_start, r_end) if rows is None else (r_start[rows], r_end[rows])
-        order = np.argsort(s, kind="stable")
-        calls[tid] = (s[order], np.maximum.accumulate(e[order]))
     o_tid, o_start, o_end = (osrt[c].to_numpy() for c in ("globalTid", "start", "end"))
     for r in row_blocks(len(osrt)):
         for (tid,), rows in group_indices(o_tid[r]):

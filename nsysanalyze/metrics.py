@@ -396,7 +396,7 @@ def munmap_metrics(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple
 
 
 def _munmap_gpu_idle(windows: pd.DataFrame, munmap: pd.DataFrame, idle: dict[tuple[int, int], tuple],
-                     reach: dict | None) -> np.ndarray:
+                     reach: dict | None = None) -> np.ndarray:
     """GPU idle ns in each GPU window coinciding with munmap calls of the window's thread/process:
     |munmap ∩ idle| inside the window (= |munmap - busy| there: the window lies in the idle's span). With
     ``reach`` (munmap_metrics), only the part of this block's union that no earlier block's call covers."""

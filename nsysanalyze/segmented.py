@@ -1,4 +1,4 @@
-"""The idle-gap attribution in time segments, for exports with many OS runtime calls (pure functions; the OS
+"""The idle-gap attribution in time segments, for exports with many OS runtime calls (no SQL here: the OS
 calls come from a reader the caller passes).
 
 A torch.compile capture with OSRT holds ~95 OS calls per GPU activity, nearly all on the step's threads under
@@ -11,9 +11,9 @@ The result equals :func:`attribution.attribute` over :func:`attribution.host_int
 * a process's cut is the start of one of its kept OS calls, a bound of its cause timeline: an idle interval
   cut there gets the same ns per cause and tags as uncut (each part keeps the whole interval's length and
   first sync return: ``attribution.attributed``'s ``clip``);
-* a host interval that starts before the cut matters after it only as, per process and level, the last one
-  started, the first of those reaching furthest (``attribution._active_label``), or one still open at the cut
-  (its end is a timeline bound): those are carried into the next segment (:func:`carried`), in order;
+* a host interval that starts before the cut matters after it only when it is still open at the cut (its end
+  is a timeline bound) or, per process and level, the last one started (``attribution._active_label``): those
+  are carried into the next segment (:func:`carried`), in order;
 * OS calls are in start order by rowid in nearly every export (45 of the 47 checked); a kept call that starts
   before its process's cut shows they are not, and the attribution is made again in one pass;
 * launch gaps of other threads count only for processes whose primary thread waits in the OS during GPU idle,
@@ -33,7 +33,6 @@ from .intervals import group_indices
 OS_BLOCK_ROWS = 1 << 20    # OS runtime rows (by rowid) read at a time
 OS_SEGMENT_ROWS = 1 << 20  # OS host intervals held before each process's idle up to a cut is attributed
 BEFORE_ALL = np.iinfo(np.int64).min  # a process's cut before its first segment
-HOST = ("start", "end", "globalPid", "level")
 
 
 class _OnePass(Exception):
@@ -175,19 +174,22 @@ class _Segments:
 
 def carried(start: np.ndarray, end: np.ndarray, pid: np.ndarray, level: np.ndarray, cut: np.ndarray) -> np.ndarray:
     """Mask of the host intervals that the cause timelines after ``cut`` (per row: its process's cut, ns) still
-    need, of those starting before it: per (process, level) the last one started, the first of those reaching
-    furthest, and every one still open at the cut (end >= cut). Rows in read order: the host order is by
-    start, ties in row order. With only these before the cut, :func:`attribution._active_label` and the
-    timeline bounds at and after the cut are as with every interval."""
+    need, of those starting before it: every one still open at the cut (end >= cut: it may hold an instant
+    after it, its end is a timeline bound) and, per (process, level), the last one started (rows in read order:
+    the host order is by start, ties in row order). With only these before the cut,
+    :func:`attribution._active_label` and the timeline bounds at and after the cut are as with every interval:
+    the latest-starting interval before an instant is that last one or a later one, and the furthest-reaching
+    one holding it is open at the cut."""
     before = start < cut
     keep = before & (end >= cut)
     rows = np.flatnonzero(before)
-    for _, mine in group_indices(pid[rows], level[rows]):  # a few keys per trace, not one per call
-        key_rows = rows if mine is None else rows[mine]  # in row order (a stable grouping)
-        s, e = start[key_rows], end[key_rows]
-        keep[key_rows[np.flatnonzero(s == s.max())[-1]]] = True  # the last started
-        furthest = np.flatnonzero(e == e.max())
-        keep[key_rows[furthest[np.argmin(s[furthest])]]] = True  # the first of those reaching furthest
+    one_process = rows.size == 0 or pid[rows[0]] == pid[rows[-1]] and bool((pid[rows] == pid[rows[0]]).all())
+    keys = ([((lv,), np.flatnonzero(level[rows] == lv)) for lv in np.flatnonzero(np.bincount(level[rows]))]
+            if one_process else group_indices(pid[rows], level[rows]))  # a few keys per trace, not one per call
+    for _, mine in keys:
+        key_rows = rows if mine is None else rows[mine]  # in row order
+        s = start[key_rows]
+        keep[key_rows[np.flatnonzero(s == s.max())[-1]]] = True
     return keep
 
 

@@ -212,6 +212,11 @@ def test_munmap_gpu_idle_equals_one_mask_per_window(rel, tmp_path):
     idle = A.idle_by_device([windows], busy)  # the pipeline's idle spans more windows: the same idle inside each
     assert len(munmap) and M._munmap_gpu_idle(windows, munmap, idle).tolist() == expected
     assert summary["munmap_gpu_idle_ns"].tolist() == expected
+    # the calls in start order, three blocks at a time (the segmented pass): the blocks' sums are the same
+    ordered = munmap.sort_values("start", kind="stable").reset_index(drop=True)
+    reach, cuts = {}, np.linspace(0, len(ordered), 4).astype(int)
+    blocks = [M._munmap_gpu_idle(windows, ordered.iloc[a:b], idle, reach) for a, b in zip(cuts[:-1], cuts[1:])]
+    assert np.sum(blocks, axis=0).tolist() == expected
     if "over" in rel:  # one process, three devices: each device's idle under the process's munmaps
         assert len(windows) == 3 and sum(v > 0 for v in expected) >= 2
 

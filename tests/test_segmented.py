@@ -111,44 +111,46 @@ def test_a_process_found_waiting_late_falls_back_to_one_pass(monkeypatch):
     pd.testing.assert_frame_equal(seg_summary, summary)
 
 
-def test_carried_picks_the_last_started_the_furthest_reaching_and_the_open():
-    """Unit test on made-up intervals of one process (worked out by hand), cut at 50. Level 0 keeps the last
-    started (g, 38-40) and the first of the two reaching furthest (a, 0-45, not d, 20-45), not b (30-35);
-    level 1 keeps the one open at the cut (c, 25-60), not e (10-12), which ends before c's start is the last;
-    f starts at the cut, so it is not before it."""
+def test_carried_picks_the_open_and_the_last_started():
+    """Unit test on made-up intervals of one process (worked out by hand), cut at 50. Level 0 has none open
+    and keeps its last started (g, 38-40), not a (0-45), d (20-45) or b (30-35); level 1 keeps the one open at
+    the cut (c, 25-60), also its last started, not e (10-12); f starts at the cut, so it is not before it."""
     #                 a   b   c   d   e   f   g
     start = np.array([0, 30, 25, 20, 10, 50, 38])
     end = np.array([45, 35, 60, 45, 12, 70, 40])
     level = np.array([0, 0, 1, 0, 1, 0, 0])
     order = np.argsort(start, kind="stable")  # the host order: by start
     keep = SEG.carried(start[order], end[order], np.ones(7, np.int64), level[order], np.full(7, 50))
-    assert sorted("abcdefg"[i] for i in order[keep]) == ["a", "c", "g"]
+    assert sorted("abcdefg"[i] for i in order[keep]) == ["c", "g"]
 
 
 def test_carried_intervals_give_the_same_labels_and_bounds_after_the_cut():
-    """Random intervals (three levels, nested and overlapping, ties included): with only the carried ones
-    before the cut, each level's label (attribution._active_label) at every time from the cut on, and the
-    interval edges from the cut on, are those of every interval — what the exactness of the segments rests on."""
+    """Random intervals (one or two processes with cuts of their own, three levels, nested and overlapping,
+    ties included): with only the carried ones before each process's cut, each (process, level)'s label
+    (attribution._active_label) at every time from the cut on, and the interval edges from the cut on, are
+    those of every interval — what the exactness of the segments rests on."""
     rng = np.random.default_rng(20)
-    for _ in range(300):
+    for trial in range(400):
         n = int(rng.integers(1, 40))
-        start = np.sort(rng.integers(0, 100, n))
+        processes = 1 + trial % 2
+        pid = np.sort(rng.integers(0, processes, n))  # the host order: by process, then start
+        start = np.concatenate([np.sort(rng.integers(0, 100, int((pid == p).sum()))) for p in range(processes)])
         end = start + rng.integers(1, 60, n)
         level = rng.integers(0, 3, n).astype(np.int8)
-        cut = int(rng.integers(0, 120))
-        keep = SEG.carried(start, end, np.zeros(n, np.int64), level, np.full(n, cut))
-        keep |= start >= cut
-        times = np.arange(cut, 200)
-        for lv in range(3):
-            mine = level == lv
-            labels = np.flatnonzero(mine)
-            every = A._active_label(start[mine], end[mine], labels, times)
-            kept = mine & keep
-            some = A._active_label(start[kept], end[kept], np.flatnonzero(kept), times)
-            assert (every == some).all()
-        edges = np.unique(np.concatenate([start, end]))
-        kept_edges = np.unique(np.concatenate([start[keep], end[keep]]))
-        assert (edges[edges >= cut] == kept_edges[kept_edges >= cut]).all()
+        cuts = rng.integers(0, 120, processes)
+        keep = SEG.carried(start, end, pid, level, cuts[pid])
+        keep |= start >= cuts[pid]
+        for p in range(processes):
+            times = np.arange(cuts[p], 200)
+            for lv in range(3):
+                mine = (level == lv) & (pid == p)
+                every = A._active_label(start[mine], end[mine], np.flatnonzero(mine), times)
+                kept = mine & keep
+                some = A._active_label(start[kept], end[kept], np.flatnonzero(kept), times)
+                assert (every == some).all()
+            edges = np.unique(np.concatenate([start[pid == p], end[pid == p]]))
+            kept_edges = np.unique(np.concatenate([start[keep & (pid == p)], end[keep & (pid == p)]]))
+            assert (edges[edges >= cuts[p]] == kept_edges[kept_edges >= cuts[p]]).all()
 
 
 def test_munmap_blocks_add_up_to_the_union_of_every_call():

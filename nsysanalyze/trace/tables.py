@@ -719,11 +719,12 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
 
 
 def osrt_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
-    """(lo, hi): the OS runtime table's rowids are lo <= rowid < hi (from the b-tree's ends); None without
-    OS runtime calls."""
+    """(lo, hi): the OS runtime table's rowids are lo <= rowid < hi; None without OS runtime calls. Two
+    queries: SQLite answers a lone min() or max() of rowid from the b-tree's ends (both in one scan the table)."""
     if not _has_osrt(schema):
         return None
-    lo, hi = conn.execute(f'SELECT min(rowid), max(rowid) FROM "{OSRT}"').fetchone()
+    lo = conn.execute(f'SELECT min(rowid) FROM "{OSRT}"').fetchone()[0]
+    hi = conn.execute(f'SELECT max(rowid) FROM "{OSRT}"').fetchone()[0]
     return None if lo is None else (int(lo), int(hi) + 1)
 
 
