@@ -30,7 +30,7 @@ from . import attribution as A
 from . import metrics as M
 from .intervals import group_indices
 
-OS_BLOCK_ROWS = 1 << 20    # OS runtime rows (by rowid) read at a time
+OS_BLOCK_ROWS = 1 << 22    # OS runtime rows (by rowid) read at a time
 OS_SEGMENT_ROWS = 1 << 20  # OS host intervals held before each process's idle up to a cut is attributed
 BEFORE_ALL = np.iinfo(np.int64).min  # a process's cut before its first segment
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -40,6 +41,11 @@ INTEGER_TYPE[[0, 1, 2, 3, 4, 5, 6, 8, 9]] = True  # NULL counts: the caller's de
 VALUE_SHIFT = np.array([0, 56, 48, 40, 32, 16, 0, 0, 0, 0] + [0] * 118, dtype=np.int64)
 PADDING = 24                    # zero bytes after a block's pages: 8-byte words read past the last field stay inside
 SWAP = sys.byteorder == "little"  # the file's integers are big-endian: a word gathered natively is byte-swapped
+
+
+_WALKS: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # a table's leaves and bounds, by file identity and root
+_WALKS_LOCK = threading.Lock()
+WALKS_KEPT = 4  # tables whose walk is kept (a reader of rowid ranges opens the same table again and again)
 
 
 class Unsupported(Exception):
@@ -65,13 +71,29 @@ class TablePages:
             if self.page_size < 512 or self.page_size & (self.page_size - 1) or self.usable < 480:
                 raise Unsupported("page size")
             self.pages = st.st_size // self.page_size
-            self.leaves, self.upper = self._leaves(int(root))
+            self.leaves, self.upper = self._walked(st, int(root))
         except BaseException:
             self.file.close()
             raise
 
     def close(self) -> None:
         self.file.close()
+
+    def _walked(self, st: os.stat_result, root: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_leaves`, walked once per table of an unchanged file (same device, inode, size and mtime):
+        the OS runtime calls read a block of rowids at a time open the table ~50 times at 50M calls."""
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.page_size, root)
+        with _WALKS_LOCK:
+            walked = _WALKS.get(key)
+        if walked is None:
+            walked = self._leaves(root)
+            for values in walked:
+                values.setflags(write=False)
+            with _WALKS_LOCK:
+                _WALKS[key] = walked
+                while len(_WALKS) > WALKS_KEPT:
+                    _WALKS.pop(next(iter(_WALKS)))
+        return walked
 
     def blocks(self, chunk_bytes: int | None = None, rowids: tuple[int, int] | None = None) -> list[np.ndarray]:
         """The leaf pages in blocks of about ``chunk_bytes`` (default CHUNK_BYTES), in rowid order; ``rowids``

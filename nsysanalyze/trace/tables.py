@@ -386,13 +386,17 @@ class _PageChunks:
 
     def __init__(self, plan: _PagePlan, names: list[str], where: Where, steady, rowids: tuple[int, int] | None,
                  early: tuple[tuple[str, ...], Callable[..., np.ndarray]] | None = None):
-        self.plan, self.names, self.where, self.steady, self.rowids = plan, names, where, set(steady), rowids
+        self.plan, self.names, self.where, self.steady = plan, names, where, set(steady)
         self.fields = sorted({f for f in plan.field.values() if f is not None})
         # the early test before the other fields: on columns read as plain columns that may not be NULL
         tested = early is not None and set(early[0]) <= set(where.not_null) and all(
             plan.field.get(c) is not None and plan.default.get(c) is None for c in early[0])
         self.early = (tuple(plan.field[c] for c in early[0]), early[1]) if tested else None
-        self.blocks = plan.table.blocks(CHUNK_PAGES_BYTES, rowids)
+        blocks = plan.table.blocks(CHUNK_PAGES_BYTES, rowids)
+        # only the first and last leaf pages of a rowid range can hold rows outside it (the parents' keys
+        # bound every page between): the other blocks skip decoding each row's rowid
+        self.blocks = [(b, rowids if rowids is not None and j in (0, len(blocks) - 1) else None)
+                       for j, b in enumerate(blocks)]
         self.within = [(plan.field[f"where:{c}"], np.asarray(ids, dtype=np.int64)) for c, ids in where.within]
 
     def read(self, capacity: int, small, keep, workers: int, table: str) -> dict[str, np.ndarray]:
@@ -401,10 +405,12 @@ class _PageChunks:
             sink.add(j, _kept(cols, self.names, keep), table)
         return sink.columns()
 
-    def chunk(self, block: np.ndarray) -> list[np.ndarray]:
-        """One block of leaf pages decoded: the rows ``where`` keeps, each expression's column."""
+    def chunk(self, block: tuple[np.ndarray, tuple[int, int] | None]) -> list[np.ndarray]:
+        """One block of leaf pages decoded (with the rowid range its rows are kept to, if any): the rows
+        ``where`` keeps, each expression's column."""
         plan, fields = self.plan, self.fields
-        values, nulls = plan.table.decode(block, fields, self.rowids, self.early)
+        pages_of_block, rowids = block
+        values, nulls = plan.table.decode(pages_of_block, fields, rowids, self.early)
         by_field = {f: (v, z) for f, v, z in zip(fields, values, nulls)}
         n = len(values[0])
         rows = np.ones(n, dtype=bool)
