@@ -75,6 +75,8 @@ class _Segments:
         self.sums: list[tuple] = []
 
     def run(self, read, rowids: tuple[int, int], windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Read every block, attributing whenever OS_SEGMENT_ROWS host intervals are held and after the last;
+        (gaps, munmap metrics of ``windows``) as :func:`attribute_in_segments`."""
         lo, hi = rowids
         munmap_sums, reach = None, {}
         for first in range(lo, hi, OS_BLOCK_ROWS):
