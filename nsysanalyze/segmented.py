@@ -185,7 +185,7 @@ def carried(start: np.ndarray, end: np.ndarray, pid: np.ndarray, level: np.ndarr
     before = start < cut
     keep = before & (end >= cut)
     rows = np.flatnonzero(before)
-    one_process = rows.size == 0 or pid[rows[0]] == pid[rows[-1]] and bool((pid[rows] == pid[rows[0]]).all())
+    one_process = rows.size == 0 or bool((pid[rows] == pid[rows[0]]).all())
     keys = ([((lv,), np.flatnonzero(level[rows] == lv)) for lv in np.flatnonzero(np.bincount(level[rows]))]
             if one_process else group_indices(pid[rows], level[rows]))  # a few keys per trace, not one per call
     for _, mine in keys:
@@ -196,6 +196,7 @@ def carried(start: np.ndarray, end: np.ndarray, pid: np.ndarray, level: np.ndarr
 
 
 def _empty_rows() -> dict:
+    """No host intervals, as a dict of arrays (start, end, globalPid, level, cause)."""
     return {**{c: np.empty(0, t) for c, t in A.HOST_COLUMNS.items()}, "cause": pd.Categorical([])}
 
 

@@ -80,8 +80,8 @@ class TablePages:
         self.file.close()
 
     def _walked(self, st: os.stat_result, root: int) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_leaves`, walked once per table of an unchanged file (same device, inode, size and mtime):
-        the OS runtime calls read a block of rowids at a time open the table ~50 times at 50M calls."""
+        """:meth:`_leaves`, walked once per table of an unchanged file (same device, inode, size and mtime): a
+        reader of rowid ranges (the OS runtime calls, a block at a time) opens one table ~50 times at 50M calls."""
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.page_size, root)
         with _WALKS_LOCK:
             walked = _WALKS.get(key)

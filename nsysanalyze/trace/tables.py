@@ -168,11 +168,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
         check_summable(frame, table)
         return frame
     workers = workers or WORKERS
-    try:  # two queries: SQLite answers a lone min() or max() of rowid from the b-tree's ends
-        lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
-        hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
-    except sqlite3.OperationalError:  # a table without rowid
-        lo = hi = None
+    lo, hi = rowid_ends(conn, table)
     if rowids is not None and lo is not None:  # the chunks keep to the asked range
         lo, hi = max(lo, int(rowids[0])), min(hi, int(rowids[1]) - 1)
     sized = lo is not None and (hi - lo + 1) * len(names) <= 1 << 36  # else no rowid, or ids too sparse to size by
@@ -193,6 +189,17 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
               if sized else [""])
     sql = _SqlChunks(conn, table, exprs, sql_where, scopes, steady, lo is not None)
     return _checked_frame(sql.read(capacity, small, keep, workers), table)
+
+
+def rowid_ends(conn: sqlite3.Connection, table: str) -> tuple[int | None, int | None]:
+    """The smallest and largest rowid of ``table`` (None, None: empty, or a table without rowid). Two queries:
+    SQLite answers a lone min() or max() of rowid from the b-tree's ends (one query asking both scans the table)."""
+    try:
+        lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+        hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+    except sqlite3.OperationalError:  # a table without rowid
+        return None, None
+    return lo, hi
 
 
 def _checked_frame(columns: dict[str, np.ndarray], table: str) -> pd.DataFrame:
@@ -725,12 +732,9 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
 
 
 def osrt_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
-    """(lo, hi): the OS runtime table's rowids are lo <= rowid < hi; None without OS runtime calls. Two
-    queries: SQLite answers a lone min() or max() of rowid from the b-tree's ends (both in one scan the table)."""
-    if not _has_osrt(schema):
-        return None
-    lo = conn.execute(f'SELECT min(rowid) FROM "{OSRT}"').fetchone()[0]
-    hi = conn.execute(f'SELECT max(rowid) FROM "{OSRT}"').fetchone()[0]
+    """(lo, hi): the OS runtime table's rowids are lo <= rowid < hi (:func:`rowid_ends`); None without OS
+    runtime calls."""
+    lo, hi = rowid_ends(conn, OSRT) if _has_osrt(schema) else (None, None)
     return None if lo is None else (int(lo), int(hi) + 1)
 
 
