@@ -236,30 +236,20 @@ class Analysis:
         handed_over = [runtime]
         del runtime  # the host intervals hold the runtime calls' last reference: released before the OS calls are read
         devices = A.idle_by_process(capture, idle)
-        os_rowids = t.osrt_rowids()
-        if self.keep_attribution_inputs or os_rowids is None or os_rowids[1] - os_rowids[0] <= SEG.OS_BLOCK_ROWS:
-            scanned = {}
+        sources = A.host_sources(handed_over.pop(), self._api_names, t.nvtx, self._step_ranges[0], devices, t.mpi)
 
-            def os_calls(threads, keep, keep_time):  # one scan of the OS calls: these, and every munmap call
-                scanned["munmap"], calls = t.osrt_and_named(("munmap",), threads, keep, keep_time)
-                return calls
+        def os_calls(rowids):  # one scan of the OS calls (of these rowids; None: all): every munmap call, the kept ones
+            return t.osrt_and_named(("munmap",), sources.cause_threads, sources.keep, sources.keep_time, rowids)
 
-            host = A.host_intervals(handed_over.pop(), self._api_names, os_calls, t.nvtx, self._step_ranges[0],
-                                    devices, t.mpi)
-            munmap = M.munmap_metrics(windows, scanned.pop("munmap"), idle)
-            self.__dict__["_gaps"] = A.attribute(capture, steps_at, idle, host, syncs)
-            if self.keep_attribution_inputs:
-                self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
+        if self.keep_attribution_inputs:  # the timeline export weighs the host intervals of its window
+            self.__dict__["_gaps"], munmap, host = SEG.attribute_in_one_pass(capture, steps_at, idle, sources, syncs,
+                                                                             os_calls, windows)
+            self.__dict__["_attribution_inputs"] = (capture, steps_at, idle, host, syncs)
             del host
-        else:  # many OS calls: read and attributed a block at a time (nsysanalyze.segmented)
-            sources = A.host_sources(handed_over.pop(), self._api_names, t.nvtx, self._step_ranges[0], devices, t.mpi)
-
-            def os_block(rowids):
-                return t.osrt_and_named(("munmap",), sources.cause_threads, sources.keep, sources.keep_time, rowids)
-
+        else:  # the OS calls read and attributed a block at a time (nsysanalyze.segmented)
             self.__dict__["_gaps"], munmap = SEG.attribute_in_segments(capture, steps_at, idle, sources, syncs,
-                                                                       os_block, os_rowids, windows)
-            del sources
+                                                                       os_calls, t.osrt_rowids(), windows)
+        del sources
         cpu = pd.concat([cpu, munmap], axis=1)
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)

@@ -278,12 +278,18 @@ def host_frame(sources: HostSources, osrt: pd.DataFrame) -> pd.DataFrame:
 HOST_COLUMNS = {"start": np.int64, "end": np.int64, "globalPid": np.int64, "level": np.int8}
 
 
+def no_causes() -> pd.Categorical:
+    """An empty cause column whose categories have the dtype of cause names (a union with named causes works:
+    object in pandas 2, str in pandas 3)."""
+    return pd.Categorical([], categories=pd.Index([], dtype=str))
+
+
 def concat_host_parts(parts: list) -> pd.DataFrame:
     """One frame (start, end, globalPid, level, cause: categorical) of the host-interval ``parts`` (frames or
     dicts of those arrays), sorted by (globalPid, start), ties in part order. Made a column at a time, each
     part's column released once copied (the OS calls' part is most of the rows: never held twice)."""
     if not parts:
-        return pd.DataFrame({c: np.empty(0, t) for c, t in HOST_COLUMNS.items()}).assign(cause=pd.Categorical([]))
+        return pd.DataFrame({c: np.empty(0, t) for c, t in HOST_COLUMNS.items()}).assign(cause=no_causes())
     cause = pd.api.types.union_categoricals([pd.Categorical(p["cause"]) for p in parts])
     parts = [p if isinstance(p, dict) else {c: p[c].to_numpy() for c in HOST_COLUMNS} for p in parts]
 
@@ -324,7 +330,7 @@ def os_host_part(osrt: pd.DataFrame, sources: HostSources) -> dict:
     columns are taken out of it one at a time, each released once its kept rows are copied."""
     if not len(osrt):
         return {"start": np.empty(0, np.int64), "end": np.empty(0, np.int64), "globalPid": np.empty(0, np.int64),
-                "level": np.empty(0, np.int8), "cause": pd.Categorical([]), "waiting": np.empty(0, np.int64)}
+                "level": np.empty(0, np.int8), "cause": no_causes(), "waiting": np.empty(0, np.int64)}
     tid, names = osrt["globalTid"].to_numpy(), osrt.pop("name").array
     wait = np.asarray(names.categories.str.fullmatch(OS_WAIT), dtype=bool)[names.codes]
     waiting = np.unique(tid[wait])

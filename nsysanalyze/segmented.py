@@ -1,5 +1,7 @@
-"""The idle-gap attribution in time segments, for exports with many OS runtime calls (no SQL here: the OS
-calls come from a reader the caller passes).
+"""The idle-gap attribution in time segments, the analysis's path for every export (no SQL here: the OS
+calls come from a reader the caller passes). An export of up to OS_BLOCK_ROWS OS calls is one block and one
+segment; only the timeline export, which keeps every host interval, attributes in one pass
+(:func:`attribute_in_one_pass`).
 
 A torch.compile capture with OSRT holds ~95 OS calls per GPU activity, nearly all on the step's threads under
 one long GPU idle: held at once, every kept call is a host interval (~55 B each at the peak). Here the calls
@@ -43,17 +45,26 @@ class _OnePass(Exception):
 def attribute_in_segments(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple],
                           sources: A.HostSources, syncs: pd.DataFrame,
                           read: Callable[[tuple[int, int] | None], tuple[pd.DataFrame, pd.DataFrame]],
-                          rowids: tuple[int, int], windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+                          rowids: tuple[int, int] | None, windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(:func:`attribution.attribute`'s rows, :func:`metrics.munmap_metrics` of ``windows``) with the OS calls
     read a block at a time. Arguments as there, plus ``sources`` (:func:`attribution.host_sources`),
     ``read(rowids)``: the munmap calls and the kept OS calls (:func:`attribution.host_intervals`' ``os_calls``)
-    of the rows lo <= rowid < hi (None: every row), and ``rowids``: the OS table's [lo, hi)."""
+    of the rows lo <= rowid < hi (None: every row), and ``rowids``: the OS table's [lo, hi) (None: no OS call)."""
     try:
         return _Segments(capture, steps, idle, sources, syncs).run(read, rowids, windows)
     except (_OnePass, M.CallsOutOfOrder):
-        munmap, calls = read(None)
-        gaps = A.attribute(capture, steps, idle, A.host_frame(sources, calls), syncs)
-        return gaps, M.munmap_metrics(windows, munmap, idle)
+        return attribute_in_one_pass(capture, steps, idle, sources, syncs, read, windows)[:2]
+
+
+def attribute_in_one_pass(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple],
+                          sources: A.HostSources, syncs: pd.DataFrame, read, windows: pd.DataFrame
+                          ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(gaps, munmap metrics, host intervals) as :func:`attribute_in_segments`, with every OS call read at once
+    (``read(None)``); the host intervals (:func:`attribution.host_frame`) are what the timeline export keeps."""
+    munmap, calls = read(None)
+    host = A.host_frame(sources, calls)  # it takes the calls' columns out as it uses them
+    del calls
+    return A.attribute(capture, steps, idle, host, syncs), M.munmap_metrics(windows, munmap, idle), host
 
 
 class _Segments:
@@ -62,31 +73,29 @@ class _Segments:
 
     def __init__(self, capture, steps, idle, sources: A.HostSources, syncs):
         self.capture, self.steps, self.idle, self.sources, self.syncs = capture, steps, idle, sources, syncs
-        self.other = A.concat_host_parts([*sources.parts, sources.helper])  # by (process, start), ties in part order
-        cause = self.other["cause"].array
-        helper_names = sources.helper["cause"].cat.categories
-        self.is_helper = np.asarray(cause.categories.isin(helper_names), dtype=bool)[cause.codes]
+        self.other = _Carrying(A.concat_host_parts(list(sources.parts)))  # by (process, start), ties in part order
+        self.helper = _Carrying(A.concat_host_parts([sources.helper]))
         self.helper_from = sources.helper.groupby("globalPid")["start"].min().to_dict() if len(sources.helper) else {}
-        self.other_carried = np.empty(0, np.int64)  # rows of ``other`` carried past their process's cut
         self.cut: dict[int, int] = {}
         self.held = _empty_rows()
         self.waiting: set[int] = set()
         self.os_names: set[str] = set()
         self.sums: list[tuple] = []
 
-    def run(self, read, rowids: tuple[int, int], windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def run(self, read, rowids: tuple[int, int] | None, windows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Read every block, attributing whenever OS_SEGMENT_ROWS host intervals are held and after the last;
         (gaps, munmap metrics of ``windows``) as :func:`attribute_in_segments`."""
-        lo, hi = rowids
+        blocks = [None] if rowids is None else [(first, min(first + OS_BLOCK_ROWS, rowids[1]))
+                                                for first in range(*rowids, OS_BLOCK_ROWS)]
         munmap_sums, reach = None, {}
-        for first in range(lo, hi, OS_BLOCK_ROWS):
-            munmap, calls = read((first, min(first + OS_BLOCK_ROWS, hi)))
+        for i, block in enumerate(blocks):
+            munmap, calls = read(block)
             sums = M.munmap_metrics(windows, munmap, self.idle, reach)
             munmap_sums = sums if munmap_sums is None else munmap_sums + sums
             del munmap
             self.add(A.os_host_part(calls, self.sources))
             del calls
-            final = first + OS_BLOCK_ROWS >= hi
+            final = i == len(blocks) - 1
             if final or self.held["start"].size >= OS_SEGMENT_ROWS:
                 self.attribute(final)
         return self.gaps(), munmap_sums
@@ -117,36 +126,25 @@ class _Segments:
         inside = held["start"] < cut
         os_rows, self.held = (held, _empty_rows()) if inside.all() else (_taken(held, inside), _taken(held, ~inside))
         del held
-        other_rows = self._other_rows(upto)
+        helper_upto = {p: t for p, t in upto.items() if p in self.waiting}  # launch gaps: of waiting processes
+        other_rows, helper_rows = self.other.rows(self.cut, upto), self.helper.rows(self.cut, helper_upto)
         if not final:
             keep = carried(os_rows["start"], os_rows["end"], os_rows["globalPid"], os_rows["level"], cut[inside])
             self.held = _joined(_taken(os_rows, keep), self.held)
-            other = self.other
-            pid = other["globalPid"].to_numpy()[other_rows]
-            keep = carried(other["start"].to_numpy()[other_rows], other["end"].to_numpy()[other_rows], pid,
-                           other["level"].to_numpy()[other_rows], self._per_row(upto, pid, BEFORE_ALL))
-            mine = np.isin(other["globalPid"].to_numpy()[self.other_carried], list(upto))
-            self.other_carried = np.union1d(self.other_carried[~mine], other_rows[keep])
+            rows = [(self.other, other_rows, upto), (self.helper, helper_rows, helper_upto)]
+            start, end, pid, level = (np.concatenate([part.frame[c].to_numpy()[r] for part, r, _ in rows])
+                                      for c in ("start", "end", "globalPid", "level"))
+            keep = carried(start, end, pid, level, self._per_row(upto, pid, BEFORE_ALL))  # ties: part order
+            for (part, r, processes), kept in zip(rows, np.split(keep, [other_rows.size])):
+                part.carry(r[kept], processes)
         del cut, inside
-        host = A.concat_host_parts([self.other.iloc[other_rows], *([os_rows] if os_rows["start"].size else [])])
+        host = A.concat_host_parts([self.other.taken(other_rows), self.helper.taken(helper_rows),
+                                    *([os_rows] if os_rows["start"].size else [])])
         del os_rows  # its columns were released into ``host``
         clip = {p: (self.cut.get(p, BEFORE_ALL), t) for p, t in upto.items()}
         device, group, ns = A.attributed(self.capture, self.steps, self.idle, host, self.syncs, clip=clip)
         self.sums.append((device, group, ns, A.host_causes(host)))
         self.cut.update(upto)
-
-    def _other_rows(self, upto: dict[int, int]) -> np.ndarray:
-        """Rows of ``other`` (positions, in order) for the processes in ``upto``: those carried past their cut,
-        then those starting from the cut to ``upto``; launch gaps of other threads only for waiting processes."""
-        pid, start = self.other["globalPid"].to_numpy(), self.other["start"].to_numpy()
-        parts = [self.other_carried[np.isin(pid[self.other_carried], list(upto))]]
-        for p, t in upto.items():
-            a, b = int(np.searchsorted(pid, p, side="left")), int(np.searchsorted(pid, p, side="right"))
-            first, last = np.searchsorted(start[a:b], [self.cut.get(p, BEFORE_ALL), t], side="left")
-            parts.append(np.arange(a + first, a + last, dtype=np.int64))
-        rows = np.unique(np.concatenate(parts))
-        waiting = np.isin(pid[rows], list(self.waiting))
-        return rows[~self.is_helper[rows] | waiting]
 
     def gaps(self) -> pd.DataFrame:
         """The segments' sums, their causes coded as the one-pass host intervals' categories (the parts' in
@@ -174,6 +172,36 @@ class _Segments:
         return np.where(keys[at] == pid, np.array([values[int(k)] for k in keys], dtype=np.int64)[at], missing)
 
 
+class _Carrying:
+    """Host intervals that are not OS calls (a frame sorted by process, then start), and the positions of those
+    carried past their process's cut (:func:`carried`)."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+        self.pid, self.start = frame["globalPid"].to_numpy(), frame["start"].to_numpy()
+        self.carried = np.empty(0, np.int64)
+
+    def rows(self, cut: dict[int, int], upto: dict[int, int]) -> np.ndarray:
+        """Positions (sorted) of the rows of the processes in ``upto``: per process, those carried past its cut
+        (they start before it), then those starting from the cut (``cut``; a process without one: from the
+        first) to ``upto`` (ns)."""
+        carried_pid, parts = self.pid[self.carried], [np.empty(0, np.int64)]
+        for p in sorted(upto):
+            a, b = int(np.searchsorted(self.pid, p, side="left")), int(np.searchsorted(self.pid, p, side="right"))
+            first, last = np.searchsorted(self.start[a:b], [cut.get(p, BEFORE_ALL), upto[p]], side="left")
+            parts += [self.carried[carried_pid == p], np.arange(a + first, a + last, dtype=np.int64)]
+        return np.concatenate(parts)
+
+    def taken(self, rows: np.ndarray) -> pd.DataFrame:
+        """The frame's rows at these positions (sorted, distinct: all of them is the frame itself)."""
+        return self.frame if rows.size == len(self.frame) else self.frame.iloc[rows]
+
+    def carry(self, rows: np.ndarray, processes: dict[int, int]) -> None:
+        """Carry ``rows`` (positions) instead of what was carried for these processes."""
+        mine = np.isin(self.pid[self.carried], list(processes))
+        self.carried = np.union1d(self.carried[~mine], rows)
+
+
 def carried(start: np.ndarray, end: np.ndarray, pid: np.ndarray, level: np.ndarray, cut: np.ndarray) -> np.ndarray:
     """Mask of the host intervals that the cause timelines after ``cut`` (per row: its process's cut, ns) still
     need, of those starting before it: every one still open at the cut (end >= cut: it may hold an instant
@@ -197,7 +225,7 @@ def carried(start: np.ndarray, end: np.ndarray, pid: np.ndarray, level: np.ndarr
 
 def _empty_rows() -> dict:
     """No host intervals, as a dict of arrays (start, end, globalPid, level, cause)."""
-    return {**{c: np.empty(0, t) for c, t in A.HOST_COLUMNS.items()}, "cause": pd.Categorical([])}
+    return {**{c: np.empty(0, t) for c, t in A.HOST_COLUMNS.items()}, "cause": A.no_causes()}
 
 
 def _taken(rows: dict, which: np.ndarray) -> dict:

@@ -90,18 +90,17 @@ def test_one_scan_equals_two_reads_on_real_exports(name, monkeypatch):
     """On real exports with munmap calls: the attribution's own read (its cause threads, kept by GPU idle) and
     the munmap read, made together in one scan, equal the two reads made apart."""
     seen = {}
-    real = A.host_intervals
+    real = A.host_sources
 
-    def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices, mpi=None):
-        def reading(threads, keep, keep_time=None):
-            seen["asked"] = (threads, keep, keep_time)
-            return os_calls(threads, keep, keep_time)
-        return real(runtime, api_names, reading, nvtx, step_ranges, devices, mpi)
+    def spy(*args, **kwargs):
+        seen["sources"] = real(*args, **kwargs)
+        return seen["sources"]
 
-    monkeypatch.setattr(A, "host_intervals", spy)
+    monkeypatch.setattr(A, "host_sources", spy)
     with nsysanalyze.open(fixture_trace(name)) as a:
         a.gaps()
-        threads, keep, keep_time = seen["asked"]
+        sources = seen["sources"]
+        threads, keep, keep_time = sources.cause_threads, sources.keep, sources.keep_time
         munmap, calls = a.trace.osrt_and_named(("munmap",), threads, keep, keep_time)
         alone = a.trace.osrt(("munmap",)), a.trace.osrt(None, threads=threads, keep=keep, keep_time=keep_time)
     assert len(munmap) and len(calls)
@@ -116,25 +115,29 @@ def test_attribution_calls_equal_every_call_filtered_in_memory(name, monkeypatch
     code before issue 20), and fewer calls than every call are held."""
     monkeypatch.setattr(tables, "CHUNK_ROWS", 1000)
     calls = {}
-    real = A.host_intervals
+    real_sources, real_frame = A.host_sources, A.host_frame
 
-    def spy(runtime, api_names, os_calls, nvtx, step_ranges, devices, mpi=None):
-        def reading(threads, keep, keep_time=None):
-            calls["read"] = os_calls(threads, keep, keep_time)
-            return calls["read"]
+    def sources_spy(runtime, api_names, nvtx, step_ranges, devices, mpi=None):
         calls["args"] = (runtime, api_names, nvtx, step_ranges, devices)
-        calls["host"] = real(runtime, api_names, reading, nvtx, step_ranges, devices, mpi)
-        return calls["host"]
+        return real_sources(runtime, api_names, nvtx, step_ranges, devices, mpi)
 
-    monkeypatch.setattr(A, "host_intervals", spy)
+    def frame_spy(sources, osrt):
+        calls["read"] = osrt.copy()
+        return real_frame(sources, osrt)
+
+    monkeypatch.setattr(A, "host_sources", sources_spy)
+    monkeypatch.setattr(A, "host_frame", frame_spy)
     with nsysanalyze.open(fixture_trace(name)) as a:
-        a.gaps()
+        a.keep_attribution_inputs = True  # every OS call read at once, and the host intervals kept
+        host = a.attribution_host()
         every = a.trace.osrt(None)
     runtime, api_names, nvtx, step_ranges, devices = calls["args"]
     every_idle = every[A._during_idle(every, devices)].reset_index(drop=True)
-    expected = real(runtime, api_names, lambda threads, keep, keep_time: every_idle, nvtx, step_ranges, devices)
-    pd.testing.assert_frame_equal(calls["host"], expected)
-    assert (calls["host"]["level"] == A.OS_ACTIVE).any()  # OS runtime causes are there to compare
+    monkeypatch.undo()
+    expected = A.host_intervals(runtime, api_names, lambda threads, keep, keep_time: every_idle, nvtx, step_ranges,
+                                devices)
+    pd.testing.assert_frame_equal(host, expected)
+    assert (host["level"] == A.OS_ACTIVE).any()  # OS runtime causes are there to compare
     assert 0 < len(calls["read"]) <= len(every_idle) < len(every)
 
 

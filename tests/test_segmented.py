@@ -20,9 +20,11 @@ REAL = [("fixtures", "compile_warmup.sqlite", 4000, 400), ("fixtures", "optimize
         ("shared", "public/nsightful__power_iteration__baseline.sqlite", 100, 10)]
 
 
-def _results(path):
-    """The gaps, and the summary and step rows (their munmap metrics come from the same blocks)."""
+def _results(path, one_pass: bool = False):
+    """The gaps, and the summary and step rows (their munmap metrics come from the same blocks); ``one_pass``:
+    every OS call read and attributed at once (the path the timeline export keeps, segmented.attribute_in_one_pass)."""
     with nsysanalyze.open(path) as a:
+        a.keep_attribution_inputs = one_pass
         return a.gaps(), pd.concat([a.summary(), a.steps()])
 
 
@@ -55,11 +57,13 @@ def _segmented(monkeypatch, path, block: int, segment: int):
 @pytest.mark.parametrize("where,name,block,segment", REAL, ids=[r[1] for r in REAL])
 def test_segments_equal_one_pass_on_real_exports(monkeypatch, where, name, block, segment):
     """Real exports (a torch.compile capture with 336k OS calls, multi-threaded launches, DDP, gloo ranks, other
-    projects' captures; power_iteration's OS calls are not in start order by rowid): cut into many segments,
-    the attribution gives the one-pass gaps, summary and steps (munmap metrics included), without falling
-    back to one pass."""
+    projects' captures; power_iteration's OS calls are not in start order by rowid): read in the default
+    blocks (one here) and cut into many segments, the attribution gives the one-pass gaps, summary and steps
+    (munmap metrics included), without falling back to one pass."""
     path = fixture_trace(name) if where == "fixtures" else shared_trace(name)
-    gaps, summary = _results(path)
+    gaps, summary = _results(path, one_pass=True)
+    for got, expected in zip(_results(path), (gaps, summary)):  # the default blocks: one for these exports
+        pd.testing.assert_frame_equal(got, expected)
     seg_gaps, seg_summary, seen = _segmented(monkeypatch, path, block, segment)
     assert seen["segments"] >= 3 and not seen["one_pass"]
     pd.testing.assert_frame_equal(seg_gaps, gaps)
@@ -79,7 +83,7 @@ def test_calls_out_of_start_order_fall_back_to_one_pass(tmp_path, monkeypatch):
         db.execute("INSERT INTO OSRT_API_reversed SELECT * FROM OSRT_API ORDER BY start DESC")
         db.execute("DROP TABLE OSRT_API")
         db.execute("ALTER TABLE OSRT_API_reversed RENAME TO OSRT_API")
-    gaps, summary = _results(fixture_trace("resnet18_baseline.sqlite"))
+    gaps, summary = _results(fixture_trace("resnet18_baseline.sqlite"), one_pass=True)
     seg_gaps, seg_summary, seen = _segmented(monkeypatch, path, 1000, 100)
     assert seen["one_pass"]
     pd.testing.assert_frame_equal(seg_gaps, gaps)
@@ -92,7 +96,7 @@ def test_a_process_found_waiting_late_falls_back_to_one_pass(monkeypatch):
     other threads (the waits hidden from the first half of the blocks here), the attribution is made in one
     pass and equals the one-pass result; without the fallback those segments would lack the launch gaps."""
     path = fixture_trace("vit_l32_ddp.sqlite")
-    gaps, summary = _results(path)
+    gaps, summary = _results(path, one_pass=True)
     with nsysanalyze.open(path) as a:
         lo, hi = a.trace.osrt_rowids()
     hidden = (hi - lo) // 1000 // 2
