@@ -15,7 +15,7 @@ import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import pandas as pd
@@ -237,10 +237,8 @@ class Analysis:
         del runtime  # the host intervals hold the runtime calls' last reference: released before the OS calls are read
         devices = A.idle_by_process(capture, idle)
         sources = A.host_sources(handed_over.pop(), self._api_names, t.nvtx, self._step_ranges[0], devices, t.mpi)
-
-        def os_calls(rowids):  # one scan of the OS calls (of these rowids; None: all): every munmap call, the kept ones
-            return t.osrt_and_named(("munmap",), sources.cause_threads, sources.keep, sources.keep_time, rowids)
-
+        # os_calls(rowids): one scan of the OS calls of those rowids (None: all), every munmap call and the kept ones
+        os_calls = partial(t.osrt_and_named, ("munmap",), sources.cause_threads, sources.keep, sources.keep_time)
         if self.keep_attribution_inputs:  # the timeline export weighs the host intervals of its window
             self.__dict__["_gaps"], munmap, host = SEG.attribute_in_one_pass(capture, steps_at, idle, sources, syncs,
                                                                              os_calls, windows)
@@ -249,7 +247,7 @@ class Analysis:
         else:  # the OS calls read and attributed a block at a time (nsysanalyze.segmented)
             self.__dict__["_gaps"], munmap = SEG.attribute_in_segments(capture, steps_at, idle, sources, syncs,
                                                                        os_calls, t.osrt_rowids(), windows)
-        del sources
+        del sources, os_calls
         cpu = pd.concat([cpu, munmap], axis=1)
         gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
                          ignore_index=True)
