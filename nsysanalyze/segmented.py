@@ -24,6 +24,7 @@ The result equals :func:`attribution.attribute` over :func:`attribution.host_int
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ from . import attribution as A
 from . import metrics as M
 from .intervals import group_indices
 
-OS_BLOCK_ROWS = 1 << 22    # OS runtime rows (by rowid) read at a time
+OS_BLOCK_ROWS = 1 << 21    # OS runtime rows (by rowid) read at a time
 OS_SEGMENT_ROWS = 1 << 20  # OS host intervals held before each process's idle up to a cut is attributed
 BEFORE_ALL = np.iinfo(np.int64).min  # a process's cut before its first segment
 
@@ -88,16 +89,20 @@ class _Segments:
         blocks = [None] if rowids is None else [(first, min(first + OS_BLOCK_ROWS, rowids[1]))
                                                 for first in range(*rowids, OS_BLOCK_ROWS)]
         munmap_sums, reach = None, {}
-        for i, block in enumerate(blocks):
-            munmap, calls = read(block)
-            sums = M.munmap_metrics(windows, munmap, self.idle, reach)
-            munmap_sums = sums if munmap_sums is None else munmap_sums + sums
-            del munmap
-            self.add(A.os_host_part(calls, self.sources))
-            del calls
-            final = i == len(blocks) - 1
-            if final or self.held["start"].size >= OS_SEGMENT_ROWS:
-                self.attribute(final)
+        with ThreadPoolExecutor(1) as ahead:  # the next block is read while this one is attributed
+            coming = ahead.submit(read, blocks[0])
+            for i, block in enumerate(blocks):
+                munmap, calls = coming.result()
+                final = i == len(blocks) - 1
+                if not final:
+                    coming = ahead.submit(read, blocks[i + 1])
+                sums = M.munmap_metrics(windows, munmap, self.idle, reach)
+                munmap_sums = sums if munmap_sums is None else munmap_sums + sums
+                del munmap
+                self.add(A.os_host_part(calls, self.sources))
+                del calls
+                if final or self.held["start"].size >= OS_SEGMENT_ROWS:
+                    self.attribute(final)
         return self.gaps(), munmap_sums
 
     def add(self, part: dict) -> None:
