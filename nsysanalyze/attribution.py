@@ -814,10 +814,11 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     constant between host-interval edges: ``bounds`` (sorted piece starts; bounds[0] = -inf), ``label`` per piece
     (index into ``level`` and ``cause``: the LEVELS index and cause code, -1 untraced, of each distinct label).
     An instant gets the host interval that :func:`_active_label` picks there in the level of highest precedence
-    (LEVELS' order) that has one; a level is searched only at the pieces the levels before it left. Of each level, only its calls from the first reaching past a to the last
-    starting before b take part: the earlier ones end by a (never latest-starting while one after them has
-    started), the later ones start after b. Per level, so one long interval (a warm-up range open across a
-    compile) keeps only its own level's later calls, not every call after it."""
+    (LEVELS' order) that has one; a level is searched only at the pieces the levels before it left. Of each
+    level, only its calls from the first reaching past a to the last starting before b take part: the earlier
+    ones end by a (never latest-starting while one after them has started), the later ones start after b. Per
+    level, so one long interval (a warm-up range open across a compile) keeps only its own level's later
+    calls, not every call after it."""
     last = int(np.searchsorted(calls["start"], b, side="left"))
     taking = []
     for lv in range(len(LEVELS) - 1):  # by precedence, highest first
