@@ -813,15 +813,14 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     """The cause of every instant of [a, b) on the processes' lanes (``calls``: :func:`_lane_calls`), piecewise
     constant between host-interval edges: ``bounds`` (sorted piece starts; bounds[0] = -inf), ``label`` per piece
     (index into ``level`` and ``cause``: the LEVELS index and cause code, -1 untraced, of each distinct label).
-    An instant gets the host interval that :func:`_active_label` picks there in the level of highest precedence
-    (LEVELS' order) that has one; a level is searched only at the pieces the levels before it left. Of each
-    level, only its calls from the first reaching past a to the last starting before b take part: the earlier
-    ones end by a (never latest-starting while one after them has started), the later ones start after b. Per
-    level, so one long interval (a warm-up range open across a compile) keeps only its own level's later
-    calls, not every call after it."""
+    An instant gets, per level (highest precedence last, overwriting), the host interval of that level
+    :func:`_active_label` picks there. Of each level, only its calls from the first reaching past a to the last
+    starting before b take part: the earlier ones end by a (never latest-starting while one after them has
+    started), the later ones start after b. Per level, so one long interval (a warm-up range open across a
+    compile) keeps only its own level's later calls, not every call after it."""
     last = int(np.searchsorted(calls["start"], b, side="left"))
     taking = []
-    for lv in range(len(LEVELS) - 1):  # by precedence, highest first
+    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
         if lv in calls["by_level"]:
             positions, reach = calls["by_level"][lv]
             upto = int(np.searchsorted(positions, positions.dtype.type(last)))  # same dtype: no copy of positions
@@ -833,14 +832,10 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     bounds = np.concatenate(([np.iinfo(np.int64).min], edges)).astype(np.int64, copy=False)
     level = np.full(bounds.size, len(LEVELS) - 1, dtype=np.int64)
     cause = np.full(bounds.size, -1, dtype=np.int64)
-    unheld = np.arange(1, bounds.size)  # pieces no level of higher precedence holds (none holds the first, -inf)
-    for lv, starts, ends, codes in taking:  # each level labels what the levels before it left
-        lab = _active_label(starts, ends, codes, bounds[unheld], sorted_times=True)
+    for lv, starts, ends, codes in taking:
+        lab = _active_label(starts, ends, codes, bounds, sorted_times=True)
         hit = lab >= 0
-        level[unheld[hit]], cause[unheld[hit]] = lv, lab[hit]
-        unheld = unheld[~hit]
-        if not unheld.size:
-            break
+        level[hit], cause[hit] = lv, lab[hit]
     labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
     level_of, cause_of = np.divmod(labels, n_causes + 2)
     return {"bounds": bounds, "label": label, "level": level_of, "cause": cause_of - 1}
