@@ -27,6 +27,7 @@ from . import ledger as L
 from . import metrics as M
 from . import segmented as SEG
 from . import steps as S
+from . import threads as T
 from .errors import InputError
 from .intervals import group_codes, median_per_group
 from .memory import release_freed_memory, tune_allocator
@@ -161,14 +162,15 @@ class Analysis:
         return windows
 
     def _load_tables(self) -> None:
-        """Read the tables the pipeline uses side by side in threads (SQLite scans release the GIL)."""
+        """Read the tables the pipeline uses side by side, threads.THREADS at a time (SQLite scans and the page
+        decoder's numpy release the GIL; ``diagnose --jobs`` lowers THREADS where each job has one core)."""
         tune_allocator()  # from here on, large arrays are unmapped when freed, every thread on one arena
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
         names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets"]
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(T.THREADS) as pool:
             futures = {n: pool.submit(getattr(type(self), n).func, self) for n in names}
         for n, f in futures.items():
             self.__dict__.setdefault(n, f.result())

@@ -24,7 +24,6 @@ The result equals :func:`attribution.attribute` over :func:`attribution.host_int
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -32,6 +31,7 @@ import pandas as pd
 from . import attribution as A
 from . import metrics as M
 from .intervals import group_indices
+from .threads import ordered_map
 
 OS_BLOCK_ROWS = 1 << 21    # OS runtime rows (by rowid) read at a time
 OS_SEGMENT_ROWS = 1 << 20  # OS host intervals held before each process's idle up to a cut is attributed
@@ -89,20 +89,16 @@ class _Segments:
         blocks = [None] if rowids is None else [(first, min(first + OS_BLOCK_ROWS, rowids[1]))
                                                 for first in range(*rowids, OS_BLOCK_ROWS)]
         munmap_sums, reach = None, {}
-        with ThreadPoolExecutor(1) as ahead:  # the next block is read while this one is attributed
-            coming = ahead.submit(read, blocks[0])
-            for i, block in enumerate(blocks):
-                munmap, calls = coming.result()
-                final = i == len(blocks) - 1
-                if not final:
-                    coming = ahead.submit(read, blocks[i + 1])
-                sums = M.munmap_metrics(windows, munmap, self.idle, reach)
-                munmap_sums = sums if munmap_sums is None else munmap_sums + sums
-                del munmap
-                self.add(A.os_host_part(calls, self.sources))
-                del calls
-                if final or self.held["start"].size >= OS_SEGMENT_ROWS:
-                    self.attribute(final)
+        # with a spare thread (threads.THREADS), the next block is read while this one is attributed
+        for i, (munmap, calls) in enumerate(ordered_map(read, blocks)):
+            final = i == len(blocks) - 1
+            sums = M.munmap_metrics(windows, munmap, self.idle, reach)
+            munmap_sums = sums if munmap_sums is None else munmap_sums + sums
+            del munmap
+            self.add(A.os_host_part(calls, self.sources))
+            del calls
+            if final or self.held["start"].size >= OS_SEGMENT_ROWS:
+                self.attribute(final)
         return self.gaps(), munmap_sums
 
     def add(self, part: dict) -> None:

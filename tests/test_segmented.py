@@ -2,6 +2,7 @@
 time and each process's idle attributed up to a cut, the gaps and summary equal the one-pass attribution."""
 import shutil
 import sqlite3
+import threading
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,8 @@ import nsysanalyze
 from nsysanalyze import attribution as A
 from nsysanalyze import metrics as M
 from nsysanalyze import segmented as SEG
+from nsysanalyze import threads as T
+from nsysanalyze.trace import Trace
 from conftest import fixture_trace, shared_trace
 
 REAL = [("fixtures", "compile_warmup.sqlite", 4000, 400), ("fixtures", "optimizer_unfused.sqlite", 2000, 100),
@@ -69,6 +72,44 @@ def test_segments_equal_one_pass_on_real_exports(monkeypatch, where, name, block
     pd.testing.assert_frame_equal(seg_gaps, gaps)
     pd.testing.assert_frame_equal(seg_summary, summary)
     assert (gaps["cause_kind"] == "os_runtime").any()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reads_run_side_by_side_only_with_a_spare_thread(monkeypatch, threads):
+    """On a real export (compile_warmup, its 336,219 OS calls in 85 blocks of 4,000 rowids): with threads.THREADS = 1
+    (what ``diagnose --jobs`` sets where each job has one core) no two table reads overlap and every block of
+    OS calls is read on the analysing thread; with 2, the next block is read on another thread while this one
+    is attributed. The result is the same either way."""
+    path = fixture_trace("compile_warmup.sqlite")
+    expected = _results(path, one_pass=True)
+    lock, active, seen = threading.Lock(), [0], {"most": 0, "os_threads": set()}
+
+    def counted(read):
+        def wrapper(self, *args, **kwargs):
+            with lock:
+                active[0] += 1
+                seen["most"] = max(seen["most"], active[0])
+                if read is real_osrt:
+                    seen["os_threads"].add(threading.get_ident())
+            try:
+                return read(self, *args, **kwargs)
+            finally:
+                with lock:
+                    active[0] -= 1
+        return wrapper
+
+    real_osrt = Trace.osrt_and_named
+    for name in ("gpu_table", "runtime_named", "osrt_and_named"):
+        monkeypatch.setattr(Trace, name, counted(getattr(Trace, name)))
+    monkeypatch.setattr(T, "THREADS", threads)
+    monkeypatch.setattr(SEG, "OS_BLOCK_ROWS", 4000)
+    got = _results(path)
+    for frame, want in zip(got, expected):
+        pd.testing.assert_frame_equal(frame, want)
+    if threads == 1:
+        assert seen["most"] == 1 and seen["os_threads"] == {threading.get_ident()}
+    else:
+        assert seen["most"] == 2 and threading.get_ident() not in seen["os_threads"]
 
 
 def test_calls_out_of_start_order_fall_back_to_one_pass(tmp_path, monkeypatch):
