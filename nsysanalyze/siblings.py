@@ -3,7 +3,10 @@ and the command that gives the cross-rank view.
 
 A file looks like one rank when it holds collectives (NCCL kernels, or MPI) or its name carries a rank
 number (the last number of its stem) with sibling files of the same pattern beside it
-(``ddp-8gpu_0.sqlite`` … ``ddp-8gpu_7.sqlite``); the glob of that pattern is the command's argument.
+(``ddp-8gpu_0.sqlite`` … ``ddp-8gpu_7.sqlite``); the glob of that pattern is the command's argument. The
+ranks of one job are profiled at the same time, so a sibling whose profiling session does not overlap this
+file's in UTC (``run_1.sqlite`` and ``run_2.sqlite``, one run after the other) is not one of its ranks; one
+whose session is unknown (not an SQLite export, or no session times) still counts.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import shlex
 from pathlib import Path
 
 from .ranks import TRAILING_NUMBER, rank_count
+from .trace.open import session_window_utc_ns
 
 
 def collectives(report: dict) -> bool:
@@ -35,21 +39,38 @@ def sibling_files(path: Path) -> tuple[int | None, str | None, list[str]]:
     return int(m.group(1)), before + "*" + after, names
 
 
+def _profiled_with(path: Path, names: list[str]) -> list[str]:
+    """The ``names`` (files beside ``path``) whose profiling session overlaps that of ``path`` in UTC, or
+    is unknown on either side; ``path``'s own name is kept."""
+    own = session_window_utc_ns(path) if len(names) > 1 else None
+    if own is None:
+        return names
+
+    def overlaps(name: str) -> bool:
+        other = session_window_utc_ns(path.parent / name)
+        return other is None or (other[0] < own[1] and own[0] < other[1])
+
+    return [n for n in names if n == path.name or overlaps(n)]
+
+
 def job_hint(report: dict) -> str | None:
     """'… looks like rank 0 of what looks like a 2-rank job …; the cross-rank view: nsysanalyze diagnose …'
     for a report of one rank that holds collectives or has numbered siblings; else None."""
     if rank_count(report) != 1:
         return None
     path = Path(str(report["trace"]["path"]))
-    rank, glob, names = sibling_files(path)
+    rank, glob, matching = sibling_files(path)
+    names = _profiled_with(path, matching)
     several = len(names) > 1
     if not several and not collectives(report):
         return None
     what = "it holds NCCL collectives" if not report["trace"].get("mpi") else "it uses MPI"
-    why = (f"{len(names)} files {glob} in its folder" + (f" and {what}" if collectives(report) else "")
-           if several else what)
+    files = (f"{len(names)} files {glob}" if names == matching else
+             f"{len(names)} of the files {glob}, profiled at the same time,")
+    why = f"{files} in its folder" + (f" and {what}" if collectives(report) else "") if several else what
     if several:
-        command = "nsysanalyze diagnose " + _glob_arg(path.parent, glob)
+        command = "nsysanalyze diagnose " + (_glob_arg(path.parent, glob) if names == matching else
+                                             " ".join(shlex.quote(str(path.parent / n)) for n in names))
         return (f"this is rank {rank} of what looks like a {len(names)}-rank job ({why}); "
                 f"for the cross-rank view run: {command}")
     return (f"this looks like one rank of a multi-rank job ({why}); give every rank's export together for the "

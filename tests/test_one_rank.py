@@ -41,3 +41,18 @@ def test_numbered_siblings_without_collectives_and_collectives_without_siblings(
     assert "looks like one rank of a multi-rank job (it holds NCCL collectives)" in text
     plain = diagnose(fixture_trace("resnet18_baseline.sqlite"))
     assert "rank" not in plain.split("Findings")[0]
+
+
+def test_numbered_files_profiled_one_after_the_other_are_not_ranks(tmp_path):
+    """Two real exports of this project profiled 47 s apart (dtoh_deferred's session ends 9 s after its start)
+    under rank-like names: their sessions do not overlap, so neither is called a rank of a 2-file job. Real
+    ranks' sessions do (vit_l32_2gpu_ddp_0/1, above; every rank set in fixtures/ starts within 0.13 s)."""
+    shutil.copy(fixture_trace("dtoh_deferred.sqlite"), tmp_path / "run_1.sqlite")
+    shutil.copy(fixture_trace("dtoh_pageable.sqlite"), tmp_path / "run_2.sqlite")
+    for name in ("run_1.sqlite", "run_2.sqlite"):
+        assert "rank" not in diagnose(tmp_path / name).split("Findings")[0]
+    (tmp_path / "run_3.sqlite").write_text("not an export")  # a sibling whose session is unknown still counts
+    hint = next(line for line in diagnose(tmp_path / "run_1.sqlite").splitlines() if "rank 1 of" in line)
+    assert ("rank 1 of what looks like a 2-rank job (2 of the files run_*.sqlite, profiled at the same time, in "
+            "its folder)") in hint
+    assert hint.endswith(f"nsysanalyze diagnose {tmp_path / 'run_1.sqlite'} {tmp_path / 'run_3.sqlite'}")

@@ -81,6 +81,21 @@ def readonly_connection(path: str | os.PathLike) -> sqlite3.Connection:
     return conn
 
 
+def session_window_utc_ns(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(start, end) UTC epoch ns of the profiling session of the SQLite export at ``path``: its start
+    (TARGET_INFO_SESSION_START_TIME.utcEpochNs) to that plus the last ANALYSIS_DETAILS.stopTime (ns after the
+    start). None where the file cannot be opened as an export or lacks either (the caller cannot tell)."""
+    try:
+        with contextlib.closing(connect_readonly(path)) as conn:
+            start = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+            stop = conn.execute("SELECT max(stopTime) FROM ANALYSIS_DETAILS").fetchone()
+    except (InputError, OSError, sqlite3.Error):
+        return None
+    if not start or not stop or not isinstance(start[0], int) or not isinstance(stop[0], int):
+        return None
+    return start[0], start[0] + stop[0]
+
+
 def open_input(path: str | os.PathLike) -> io.BufferedReader:
     """The one gate every input goes through: ``stat_input`` first, then an open that cannot block (a
     FIFO swapped in after the stat is refused too, never waited on); returns the regular file, binary."""
