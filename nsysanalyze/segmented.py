@@ -30,8 +30,8 @@ import pandas as pd
 
 from . import attribution as A
 from . import metrics as M
+from . import threads as T
 from .intervals import group_indices
-from .threads import ordered_map
 
 OS_BLOCK_ROWS = 1 << 21    # OS runtime rows (by rowid) read at a time
 OS_SEGMENT_ROWS = 1 << 20  # OS host intervals held before each process's idle up to a cut is attributed
@@ -89,8 +89,8 @@ class _Segments:
         blocks = [None] if rowids is None else [(first, min(first + OS_BLOCK_ROWS, rowids[1]))
                                                 for first in range(*rowids, OS_BLOCK_ROWS)]
         munmap_sums, reach = None, {}
-        # with a spare thread (threads.THREADS), the next block is read while this one is attributed
-        for i, (munmap, calls) in enumerate(ordered_map(read, blocks)):
+        # with a spare thread (threads.THREADS), the next block (one at most) is read while this one is attributed
+        for i, (munmap, calls) in enumerate(T.ordered_map(read, blocks, min(2, T.THREADS))):
             final = i == len(blocks) - 1
             sums = M.munmap_metrics(windows, munmap, self.idle, reach)
             munmap_sums = sums if munmap_sums is None else munmap_sums + sums
