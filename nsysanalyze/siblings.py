@@ -65,11 +65,11 @@ def job_hint(report: dict) -> str | None:
     if not several and not collectives(report):
         return None
     what = "it holds NCCL collectives" if not report["trace"].get("mpi") else "it uses MPI"
-    files = (f"{len(names)} files {glob}" if names == matching else
-             f"{len(names)} of the files {glob}, profiled at the same time,")
+    every = names == matching  # no sibling left out: the glob names the job's files
+    files = f"{len(names)} files {glob}" if every else f"{len(names)} of the files {glob}, profiled at the same time,"
     why = f"{files} in its folder" + (f" and {what}" if collectives(report) else "") if several else what
     if several:
-        command = "nsysanalyze diagnose " + (_glob_arg(path.parent, glob) if names == matching else
+        command = "nsysanalyze diagnose " + (_glob_arg(path.parent, glob) if every else
                                              " ".join(shlex.quote(str(path.parent / n)) for n in names))
         return (f"this is rank {rank} of what looks like a {len(names)}-rank job ({why}); "
                 f"for the cross-rank view run: {command}")

@@ -81,13 +81,16 @@ def readonly_connection(path: str | os.PathLike) -> sqlite3.Connection:
     return conn
 
 
+SESSION_START_SQL = "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME"  # UTC epoch ns of the session start
+
+
 def session_window_utc_ns(path: str | os.PathLike) -> tuple[int, int] | None:
     """(start, end) UTC epoch ns of the profiling session of the SQLite export at ``path``: its start
     (TARGET_INFO_SESSION_START_TIME.utcEpochNs) to that plus the last ANALYSIS_DETAILS.stopTime (ns after the
     start). None where the file cannot be opened as an export or lacks either (the caller cannot tell)."""
     try:
         with contextlib.closing(connect_readonly(path)) as conn:
-            start = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+            start = conn.execute(SESSION_START_SQL).fetchone()
             stop = conn.execute("SELECT max(stopTime) FROM ANALYSIS_DETAILS").fetchone()
     except (InputError, OSError, sqlite3.Error):
         return None

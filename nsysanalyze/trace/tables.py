@@ -21,7 +21,7 @@ import pandas as pd
 from ..errors import InputError
 from ..threads import ordered_map
 from . import pages
-from .open import readonly_connection
+from .open import SESSION_START_SQL, readonly_connection
 from .schema import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, Schema
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -876,7 +876,7 @@ def session_start_utc_ns(conn: sqlite3.Connection, schema: Schema) -> int | None
     """UTC epoch ns of the session start (aligns separate per-rank files)."""
     if not schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         return None
-    row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    row = conn.execute(SESSION_START_SQL).fetchone()
     return int(row[0]) if row and row[0] is not None else None
 
 
