@@ -1080,9 +1080,12 @@ def _step_medians(rows: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in CAUSE[2:] else np.float64 if c in values else np.int64)
                              for c in CAUSE + values})
-    sums = rows.groupby([*CAUSE, "step"])[values].sum().reset_index()  # sorted by cause, then step
-    group = sums.groupby(CAUSE, sort=False).ngroup().to_numpy()
-    keys = sums.drop_duplicates(CAUSE)[CAUSE].reset_index(drop=True)
+    summed = rows.groupby([*CAUSE, "step"])[values].sum()  # sorted by cause, then step
+    cause_codes = summed.index.codes[:len(CAUSE)]  # a new cause where one of its keys' codes changes
+    starts = np.concatenate(([True], np.any([c[1:] != c[:-1] for c in cause_codes], axis=0)))
+    group = np.cumsum(starts) - 1
+    sums = summed.reset_index()
+    keys = sums.loc[starts, CAUSE].reset_index(drop=True)
     steps_of = chosen.groupby(DEVICE).size()
     n = steps_of.reindex(pd.MultiIndex.from_frame(keys[DEVICE])).to_numpy(np.int64)
     return keys.assign(**{v: median_per_group(group, sums[v].to_numpy(), n) for v in values})
