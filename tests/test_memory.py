@@ -1,4 +1,5 @@
-"""memory.tune_allocator: with glibc, a large block freed within a stage goes back to the OS at once."""
+"""memory.tune_allocator: with glibc, a large block freed within a stage goes back to the OS at once, and the heap's
+smaller blocks are reused rather than handed back and faulted in again."""
 import subprocess
 import sys
 
@@ -26,8 +27,9 @@ print(rss() - before)
 """
 
 
-def retained_bytes(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=60)
+def probed(script: str, mode: str) -> int:
+    """The number a probe script prints, run in a fresh interpreter (the allocator settings are per process)."""
+    out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return int(out.stdout)
 
@@ -35,8 +37,8 @@ def retained_bytes(mode: str) -> int:
 @pytest.mark.skipif(memory._glibc("mallopt") is None, reason="glibc only")
 def test_large_blocks_are_unmapped_when_freed():
     """Without the fixed threshold the freed 20 MiB stays in the heap (RSS); with it, it is unmapped."""
-    assert retained_bytes("default") >= 15 << 20
-    assert retained_bytes("fixed") < 2 << 20
+    assert probed(PROBE, "default") >= 15 << 20
+    assert probed(PROBE, "fixed") < 2 << 20
 
 
 FAULTS_PROBE = """
@@ -58,16 +60,10 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def minor_faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", FAULTS_PROBE, mode], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return int(out.stdout)
-
-
 @pytest.mark.skipif(memory._glibc("mallopt") is None, reason="glibc only")
 def test_heap_blocks_are_reused_not_faulted_in_again():
     """20 blocks of 3 MiB (768 pages each) one after the other: with only the mmap threshold fixed, glibc hands
     each freed block back and the next one faults all its pages in again; with the trim threshold as well,
     the pages stay for the next block."""
-    assert minor_faults("mmap_only") >= 10_000
-    assert minor_faults("tuned") < 2_000
+    assert probed(FAULTS_PROBE, "mmap_only") >= 10_000
+    assert probed(FAULTS_PROBE, "tuned") < 2_000
