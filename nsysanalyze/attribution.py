@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
-                        median_per_group, overlapping, row_blocks, searchsorted_sorted, union_of,
+                        median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted, union_of,
                         unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
 from .threads import ordered_map
@@ -695,13 +695,13 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
             at = np.minimum(p[np.searchsorted(p, t, side="left")], np.where(host_at >= t, host_at, NEVER))
             p = unique_sorted(np.concatenate([p, at]))
         start, end = p[:-1], p[1:]
-        k = np.searchsorted(s, start, side="right") - 1
+        k = searchsorted_sorted(s, start, side="right") - 1  # p is sorted
         in_idle = (k >= 0) & (start < e[np.maximum(k, 0)])
         start, end, k = start[in_idle], end[in_idle], k[in_idle]
         lane, shift = d[k], to_proc[k]
         step, before = np.full(start.size, -1, dtype=np.int64), np.zeros(start.size, dtype=bool)
         if win["step"].size:  # each piece's step window: the last starting at or before it, if it still holds it
-            w = np.searchsorted(win["window_start"], start, side="right") - 1
+            w = searchsorted_sorted(win["window_start"], start, side="right") - 1  # start is sorted
             hit = np.flatnonzero((w >= 0) & (start < win["window_end"][np.maximum(w, 0)]))
             step[hit] = win["step"][w[hit]]
             before[hit] = (start[hit] >= win["cpu_start"][w[hit]]) & (start[hit] < win["first_launch"][w[hit]])
@@ -847,8 +847,8 @@ def _label_sums(x: np.ndarray, y: np.ndarray, bounds: np.ndarray, label: np.ndar
     it covers, as (range index, label, ns) rows with ns > 0. The two pieces at a range's ends are cut; the
     whole pieces between are listed one by one when they are at most ``n_labels``, else summed per label
     from per-label prefix sums (a range costs at most its pieces or the labels, whichever is fewer)."""
-    j1 = np.searchsorted(bounds, x, side="right") - 1  # the piece holding x
-    j2 = np.searchsorted(bounds, y, side="left") - 1   # the piece holding y - 1
+    j1 = search_sorted(bounds, x, side="right") - 1  # the piece holding x
+    j2 = search_sorted(bounds, y, side="left") - 1   # the piece holding y - 1
     two = j2 > j1
     which, labels, ns = [np.arange(x.size), np.flatnonzero(two)], [label[j1], label[j2[two]]], []
     ns += [np.where(two, bounds[np.minimum(j1 + 1, bounds.size - 1)], y) - x, (y - bounds[j2])[two]]
@@ -967,7 +967,7 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
         order = np.argsort(starts, kind="stable")
         s, e, lab = starts[order], ends[order], labels[order]
     reach = np.maximum.accumulate(e)
-    furthest = _running_argmax(e)
+    furthest = _running_argmax(e, reach)
     k = (searchsorted_sorted(s, t, side="right") if sorted_times else np.searchsorted(s, t, side="right")) - 1
     kk = np.maximum(k, 0)
     latest = (k >= 0) & (e[kk] > t)
@@ -975,11 +975,11 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
     return np.where(latest, lab[kk], np.where(outer, lab[furthest[kk]], -1))
 
 
-def _running_argmax(x: np.ndarray) -> np.ndarray:
-    """Index of the running maximum of ``x`` (first index of each new maximum)."""
-    idx = np.arange(x.size)
-    is_new = np.concatenate(([True], x[1:] > np.maximum.accumulate(x)[:-1]))
-    return np.maximum.accumulate(np.where(is_new, idx, 0))
+def _running_argmax(x: np.ndarray, running_max: np.ndarray) -> np.ndarray:
+    """Index of the running maximum of ``x`` (first index of each new maximum; ``running_max``: its
+    ``np.maximum.accumulate``)."""
+    is_new = np.concatenate(([True], x[1:] > running_max[:-1]))
+    return np.maximum.accumulate(np.where(is_new, np.arange(x.size), 0))
 
 
 def _cause_names(codes: np.ndarray, causes: pd.Index) -> np.ndarray:

@@ -61,7 +61,8 @@ def overlapping(starts: np.ndarray, ends: np.ndarray, iv_starts: np.ndarray, iv_
     """Mask of the intervals [starts, ends) (ns) that are not empty and overlap one of the sorted, disjoint
     intervals [iv_starts, iv_ends): the first of those to end after a start begins before its end. The binary
     searches run only in the slice of them that can meet these rows (from the first to end after the earliest
-    start to the last to begin before the latest end): for a block of nearby rows, a slice that stays in cache."""
+    start to the last to begin before the latest end): for a block of nearby rows, a slice that stays in cache;
+    rows in start order (OS calls by rowid, nearly always) are merged with it (:func:`search_sorted`)."""
     if not starts.size or not iv_starts.size:
         return np.zeros(starts.size, dtype=bool)
     lo = int(np.searchsorted(iv_ends, starts.min(), side="right"))
@@ -69,7 +70,8 @@ def overlapping(starts: np.ndarray, ends: np.ndarray, iv_starts: np.ndarray, iv_
     if hi <= lo:
         return np.zeros(starts.size, dtype=bool)
     iv_starts, iv_ends = iv_starts[lo:hi], iv_ends[lo:hi]
-    j = np.minimum(np.searchsorted(iv_ends, starts, side="right"), iv_ends.size - 1)
+    j = search_sorted(iv_ends, starts, side="right")
+    np.minimum(j, iv_ends.size - 1, out=j)
     return (ends > starts) & (iv_ends[j] > starts) & (iv_starts[j] < ends)
 
 
@@ -80,6 +82,12 @@ def searchsorted_sorted(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.
         return np.searchsorted(a, v, side=side)
     pos = np.searchsorted(v, a, side="left" if side == "right" else "right")
     return np.cumsum(np.bincount(pos, minlength=v.size + 1)[:v.size])
+
+
+def search_sorted(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(a, v, side)``; when ``v`` is in sorted order too (checked: one pass), as
+    :func:`searchsorted_sorted` (a merge where ``a`` is the shorter: about half the time)."""
+    return (searchsorted_sorted if is_sorted(v) else np.searchsorted)(a, v, side=side)
 
 
 def union(starts: np.ndarray, ends: np.ndarray, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
