@@ -57,9 +57,9 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, lanes_per_batch,
-                        median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted, union_of,
-                        unique_sorted)
+from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, key_groups,
+                        lanes_per_batch, median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted,
+                        union_of, unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
 from .threads import ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
@@ -833,7 +833,7 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     level = np.full(bounds.size, len(LEVELS) - 1, dtype=np.int64)
     cause = np.full(bounds.size, -1, dtype=np.int64)
     for lv, starts, ends, codes in taking:
-        lab = _active_label(starts, ends, codes, bounds, sorted_times=True)
+        lab = _active_label(starts, ends, codes, bounds)
         hit = lab >= 0
         level[hit], cause[hit] = lv, lab[hit]
     labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
@@ -954,11 +954,10 @@ def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray
     return starts, ends
 
 
-def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray,
-                  sorted_times: bool = False) -> np.ndarray:
+def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per time t: the label of an interval holding t — the latest-starting one when it still holds t,
-    else the one reaching furthest among those started before — or -1. ``sorted_times``: t is sorted (the
-    intervals are then found by :func:`intervals.searchsorted_sorted`)."""
+    else the one reaching furthest among those started before — or -1 (times t in ns, as the intervals;
+    sorted t, such as a cause timeline's bounds, are merged with the starts: :func:`intervals.search_sorted`)."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     if is_sorted(starts):
@@ -968,7 +967,7 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
         s, e, lab = starts[order], ends[order], labels[order]
     reach = np.maximum.accumulate(e)
     furthest = _running_argmax(e, reach)
-    k = (searchsorted_sorted(s, t, side="right") if sorted_times else np.searchsorted(s, t, side="right")) - 1
+    k = search_sorted(s, t, side="right") - 1
     kk = np.maximum(k, 0)
     latest = (k >= 0) & (e[kk] > t)
     outer = (k >= 0) & ~latest & (reach[kk] > t)
@@ -1080,12 +1079,8 @@ def _step_medians(rows: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c in CAUSE[2:] else np.float64 if c in values else np.int64)
                              for c in CAUSE + values})
-    summed = rows.groupby([*CAUSE, "step"])[values].sum()  # sorted by cause, then step
-    cause_codes = summed.index.codes[:len(CAUSE)]  # a new cause where one of its keys' codes changes
-    starts = np.concatenate(([True], np.any([c[1:] != c[:-1] for c in cause_codes], axis=0)))
-    group = np.cumsum(starts) - 1
-    sums = summed.reset_index()
-    keys = sums.loc[starts, CAUSE].reset_index(drop=True)
+    sums = rows.groupby([*CAUSE, "step"])[values].sum().reset_index()  # per (cause, step)
+    group, keys = key_groups(sums, CAUSE)
     steps_of = chosen.groupby(DEVICE).size()
     n = steps_of.reindex(pd.MultiIndex.from_frame(keys[DEVICE])).to_numpy(np.int64)
     return keys.assign(**{v: median_per_group(group, sums[v].to_numpy(), n) for v in values})

@@ -322,6 +322,14 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return code, values[::-1]
 
 
+def key_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per row of ``frame``, the dense code of its ``keys`` columns' values (groups in sorted key order:
+    :func:`group_codes`), and each group's key values from its first row (the columns keep their dtypes)."""
+    group, _ = group_codes(*(frame[k].to_numpy() for k in keys))
+    _, first_rows = np.unique(group, return_index=True)
+    return group, frame.iloc[first_rows][keys].reset_index(drop=True)
+
+
 def stable_group_order(code: np.ndarray, groups: int) -> np.ndarray:
     """Row order that lists each group's rows together, groups in code order, rows in their order
     (``code``: 0..groups-1; a radix sort when the codes fit in 16 bits)."""

@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .intervals import group_codes, median_per_group
+from .intervals import key_groups, median_per_group
 from .metrics import BUSY_CLASSES
 
 DEVICE = ["globalPid", "deviceId"]
@@ -85,9 +85,7 @@ def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]
     mine = rows[in_steps]
     if len(mine):
         keys = [*DEVICE, *ROW_KEYS]
-        group, _ = group_codes(*(mine[k].to_numpy() for k in keys))  # groups in sorted key order
-        _, first_rows = np.unique(group, return_index=True)  # each group's first row
-        firsts = mine.iloc[first_rows][keys].reset_index(drop=True)
+        group, firsts = key_groups(mine, keys)
         n = chosen.groupby(DEVICE).size().reindex(pd.MultiIndex.from_frame(firsts[DEVICE])).to_numpy(np.int64)
         parts.append(firsts.assign(ns=median_per_group(group, mine["ns"].to_numpy(np.float64), n)))
     every = pd.concat(parts, ignore_index=True)

@@ -41,7 +41,7 @@ def tune_allocator() -> None:
     time, against 0.6M and 4 s; the same peak). Up to TRIM_THRESHOLD of free memory at the heap's top stays
     for the next blocks below MMAP_THRESHOLD (fixing the mmap threshold leaves glibc's trim threshold at
     128 KiB, so the heap top was handed back and faulted in again at nearly every free): 10M-activity DDP
-    export, 0.52-0.61M minor page faults and 2.8-3.2 s of system time against 0.22M and 1.9 s, peak +10-25 MB
+    export, 0.53-0.73M minor page faults and 14.1-14.4 s against 0.22M and 13.4-13.6 s, peak +10-25 MiB
     (release_freed_memory still hands it back between stages). Once per process, a no-op elsewhere."""
     mallopt = _glibc("mallopt")
     if mallopt is not None:
