@@ -73,7 +73,9 @@ def _sums_in_steps(code: np.ndarray, start: np.ndarray, end: np.ndarray, in_step
 
 def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.ndarray:
     """``dur`` (consumed: sorted in place) ordered by (code, duration): one sort of code x span + duration
-    when that fits in int64, else a lexsort."""
+    when that fits in int64, else a lexsort. The keys are plain values in no particular order (kernels by
+    name interleave), so numpy's default sort, not a stable one: equal keys are the same value either way,
+    and timsort is ~10x slower on unordered int64 (7.6M keys: 0.66 -> 0.06 s)."""
     low = int(dur.min())
     span = int(dur.max()) - low + 1
     if groups * span < 1 << 62:  # in place: no array of the kernels' size besides code and dur
@@ -81,7 +83,7 @@ def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.nd
         keyed -= low
         for block in row_blocks(keyed.size):
             keyed[block] += code[block] * span
-        keyed.sort(kind="stable")
+        keyed.sort()
         np.remainder(keyed, span, out=keyed)
         keyed += low
         return keyed
