@@ -61,7 +61,7 @@ from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, 
                         lanes_per_batch, median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted,
                         union_of, unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
-from .threads import ordered_map
+from .threads import in_blocks, ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
 
 LEVELS = ["warmup", "cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -123,10 +123,14 @@ def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
     start, end = np.asarray(frame["start"], dtype=np.int64), np.asarray(frame["end"], dtype=np.int64)
     keep = np.zeros(start.size, dtype=bool)
     for pid, idx in rows_by_process(np.asarray(frame["globalTid"]), of_tid=True):
-        for r in row_blocks(start.size, idx):
+        idle = devices.get(int(pid), [])
+
+        def test(r) -> None:  # each block writes its own rows
             s, e = start[r], end[r]
-            for idle_s, idle_e in devices.get(int(pid), []):
+            for idle_s, idle_e in idle:
                 keep[r] |= overlapping(s, e, idle_s, idle_e)
+        for _ in in_blocks(test, row_blocks(start.size, idx)):
+            pass
     return keep
 
 
@@ -406,9 +410,13 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
     mains = np.array(sorted(primary.values()), dtype=np.int64)
     tid = runtime["globalTid"].to_numpy()
     other, threads = np.empty(tid.size, dtype=bool), set()
-    for r in row_blocks(tid.size):  # bounded temporaries: the table is all launches and syncs
-        other[r] = launching[r] & np.isin(pid_of(tid[r]), pid_of(mains)) & ~np.isin(tid[r], mains)
-        threads.update(np.unique(tid[r][other[r]]).tolist())
+
+    def launches_of_others(r: slice) -> tuple[slice, np.ndarray, np.ndarray]:  # a block: bounded temporaries
+        mask = launching[r] & np.isin(pid_of(tid[r]), pid_of(mains)) & ~np.isin(tid[r], mains)
+        return r, mask, np.unique(tid[r][mask])
+    for r, mask, found in in_blocks(launches_of_others, row_blocks(tid.size)):
+        other[r] = mask
+        threads.update(found.tolist())
     rows = np.flatnonzero(other)
     del other
     starts, ends = runtime["start"].to_numpy(), runtime["end"].to_numpy()

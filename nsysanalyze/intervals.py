@@ -12,6 +12,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from .threads import in_blocks
+
 
 BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporaries, not a loop per event
 QUERY_BLOCK = 1 << 18  # query times per block of Coverage.covered_before and of the prefix sums taken at windows' edges
@@ -196,9 +198,10 @@ class Coverage:
         out = np.zeros(t.shape, dtype=np.int64)
         if self.starts.size == 0:
             return out
-        times, result = t.reshape(-1), out.reshape(-1)
-        for lo in range(0, times.size, QUERY_BLOCK):
-            part = times[lo:lo + QUERY_BLOCK]
+        times, result, cum = t.reshape(-1), out.reshape(-1), self._cum
+
+        def block(at: slice) -> None:
+            part = times[at]
             # the last interval starting at or before t (interval 0 for t before every start: 0 ns of it lie before t)
             prev = np.searchsorted(self.starts, part, side="right") - 1
             np.maximum(prev, 0, out=prev)
@@ -206,7 +209,9 @@ class Coverage:
             length = self.ends[prev] - start
             partial = np.subtract(part, start, out=start)  # ns of that interval before t, up to its length
             np.clip(partial, 0, length, out=partial)
-            np.add(self._cum[prev], partial, out=result[lo:lo + QUERY_BLOCK])
+            np.add(cum[prev], partial, out=result[at])
+        for _ in in_blocks(block, (slice(lo, lo + QUERY_BLOCK) for lo in range(0, times.size, QUERY_BLOCK))):
+            pass
         return out
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -241,8 +246,8 @@ def _prefix_sums_at(values_of, n: int, at: np.ndarray) -> np.ndarray:
     ``at``; ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
     out = np.zeros(at.shape, dtype=np.int64)
     carry = 0
-    for lo in range(0, n, QUERY_BLOCK):
-        values = values_of(lo, min(lo + QUERY_BLOCK, n))
+    blocks = [(lo, min(lo + QUERY_BLOCK, n)) for lo in range(0, n, QUERY_BLOCK)]
+    for lo, values in zip((b[0] for b in blocks), in_blocks(lambda block: values_of(*block), blocks)):
         inclusive = np.cumsum(values)
         here = (at >= lo) & (at < lo + values.size)
         j = at[here] - lo

@@ -44,6 +44,7 @@ import pandas as pd
 from .intervals import (BLOCK, Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
                         intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
                         union_of)
+from .threads import in_blocks
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
 
@@ -137,8 +138,9 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, en
             w_rows, shift = rows[mine], (w_lane[mine] - first) * stride - lo
             a, b = cpu_start[w_rows] + shift, cpu_end[w_rows] + shift
             batch = lanes[first:first + per_batch]
-            for lo_e in range(0, len(tids), BLOCK):
-                block = slice(lo_e, lo_e + BLOCK)
+
+            def block_sums(block: slice) -> dict[str, np.ndarray]:  # per name: this block's sums per window
+                sums = {}
                 key = tids[block] if by_thread else pid_of(tids[block])
                 lane = np.minimum(np.searchsorted(batch, key), batch.size - 1)
                 take = np.flatnonzero(batch[lane] == key)
@@ -151,11 +153,15 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, en
                 for name, (want, durations) in columns.items():
                     picked = slice(None) if want is None else code == want
                     if not durations:
-                        out[name][w_rows] += count_in_windows(t[picked], a, b)
+                        sums[name] = count_in_windows(t[picked], a, b)
                         continue
                     if dur is None:
                         dur = ends[block][take] - starts[block][take]
-                    out[name][w_rows] += sum_in_windows(t[picked], dur[picked], a, b)
+                    sums[name] = sum_in_windows(t[picked], dur[picked], a, b)
+                return sums
+            for sums in in_blocks(block_sums, (slice(lo_e, lo_e + BLOCK) for lo_e in range(0, len(tids), BLOCK))):
+                for name, values in sums.items():
+                    out[name][w_rows] += values
     return out
 
 

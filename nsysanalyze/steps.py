@@ -41,6 +41,7 @@ import pandas as pd
 from .errors import InputError
 from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
                         lanes_per_batch, searchsorted_sorted)
+from .threads import in_blocks
 from .trace.tables import pid_of
 
 STALL_FACTOR = 2.0  # a steady step this many times the median one is a stall (epoch boundary, checkpoint)
@@ -448,9 +449,11 @@ def _calls_by_process(runtime: Frames, steps: pd.DataFrame | None) -> dict[int, 
         else:
             start = part["start"].to_numpy()
             step = np.empty(tid.size, dtype=np.int32)  # step rows fit int32: half the memory
-            for lo in range(0, tid.size, BLOCK):
-                step[lo:lo + BLOCK] = _assign_to_ranges(pid_of(tid[lo:lo + BLOCK]), start[lo:lo + BLOCK], steps,
-                                                        key="globalPid")
+
+            def assign(at: slice) -> None:
+                step[at] = _assign_to_ranges(pid_of(tid[at]), start[at], steps, key="globalPid")
+            for _ in in_blocks(assign, (slice(lo, lo + BLOCK) for lo in range(0, tid.size, BLOCK))):
+                pass
         for pid, idx in rows_by_process(tid, of_tid=True):
             c, st = (corr, step) if idx is None else (corr[idx], step[idx])
             out.setdefault(pid, []).append(_first_call_steps(c, st))
@@ -473,16 +476,25 @@ def _launching_step(calls: list[tuple[np.ndarray, np.ndarray]], act_corr: np.nda
     return step
 
 
-def _activity_blocks(parts: list[pd.DataFrame], calls: dict[int, list]):
-    """(part, row slice, row indices in the slice or None for all, launching step per row) for the
-    activities, block by block and process by process."""
-    for part in parts:
-        gpid, corr = part["globalPid"].to_numpy(), part["correlationId"].to_numpy()
-        for lo in range(0, gpid.size, BLOCK):
-            block = slice(lo, lo + BLOCK)
-            for pid, idx in rows_by_process(gpid[block], of_tid=False):
-                act_corr = corr[block] if idx is None else corr[block][idx]
-                yield part, block, idx, _launching_step(calls.get(pid, []), act_corr)
+def _joined_block(part: pd.DataFrame, block: slice, calls: dict[int, list]) -> tuple[list, list]:
+    """One block of one activity frame joined to its launching calls, process by process: the extents
+    (:func:`_step_device_extent`) of the activities launched inside steps, and the (globalPid, correlationId)
+    of those no call launched."""
+    gpid, corr = part["globalPid"].to_numpy()[block], part["correlationId"].to_numpy()[block]
+    extents, missing = [], []
+    for pid, idx in rows_by_process(gpid, of_tid=False):
+        step = _launching_step(calls.get(pid, []), corr if idx is None else corr[idx])
+        rows = np.arange(block.start, min(block.stop, len(part))) if idx is None else block.start + idx
+
+        def pick(c: str, which: np.ndarray) -> np.ndarray:
+            return part[c].to_numpy()[rows[which]]
+        hit = np.flatnonzero(step >= 0)
+        if hit.size:
+            extents.append(_step_device_extent(step[hit], pick("deviceId", hit), pick("start", hit), pick("end", hit)))
+        none = np.flatnonzero(step == -2)
+        if none.size:
+            missing.append(pd.DataFrame({"globalPid": pick("globalPid", none), "correlationId": pick("correlationId", none)}))
+    return extents, missing
 
 
 def _step_device_extent(step: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
@@ -496,10 +508,13 @@ def _step_device_extent(step: np.ndarray, device: np.ndarray, start: np.ndarray,
     s0 = int(step.min())
     cells = (int(step.max()) - s0 + 1) * span
     key = (step - s0) * span + (device - d0)
+    # activities come in runs of one (step, device): reduced per run first, then scattered per run
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    key = key[first]
     lo = np.full(cells, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full(cells, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(lo, key, start)
-    np.maximum.at(hi, key, end)
+    np.minimum.at(lo, key, np.minimum.reduceat(start, first))
+    np.maximum.at(hi, key, np.maximum.reduceat(end, first))
     used = np.flatnonzero(np.bincount(key, minlength=cells))
     return pd.DataFrame({"step_row": used // span + s0, "deviceId": used % span + d0,
                          "gpu_start": lo[used], "gpu_end": hi[used]})
@@ -509,20 +524,12 @@ def _project(steps: pd.DataFrame | None, runtime: Frames, activities: Frames) ->
     """Both answers of one join of activities to their launching calls: per (step row, device) the
     extent of the work steps launched (step_row, deviceId, gpu_start, gpu_end), and the unique
     (globalPid, correlationId) of activities no call launched."""
-    parts = _parts(activities)
     calls = _calls_by_process(runtime, steps)
+    blocks = [(part, slice(lo, lo + BLOCK)) for part in _parts(activities) for lo in range(0, len(part), BLOCK)]
     extents, missing = [], []
-    for part, block, idx, step in _activity_blocks(parts, calls):
-        rows = np.arange(block.start, min(block.stop, len(part))) if idx is None else block.start + idx
-
-        def pick(c: str, which: np.ndarray) -> np.ndarray:
-            return part[c].to_numpy()[rows[which]]
-        hit = np.flatnonzero(step >= 0)
-        if hit.size:
-            extents.append(_step_device_extent(step[hit], pick("deviceId", hit), pick("start", hit), pick("end", hit)))
-        none = np.flatnonzero(step == -2)
-        if none.size:
-            missing.append(pd.DataFrame({"globalPid": pick("globalPid", none), "correlationId": pick("correlationId", none)}))
+    for block_extents, block_missing in in_blocks(lambda b: _joined_block(*b, calls), blocks):
+        extents += block_extents
+        missing += block_missing
     per = (pd.concat(extents, ignore_index=True) if extents else
            pd.DataFrame({c: np.empty(0, np.int64) for c in ("step_row", "deviceId", "gpu_start", "gpu_end")}))
     if len(extents) > 1:

@@ -3,6 +3,7 @@ independent blocks of work run side by side; ``diagnose --jobs`` lowers THREADS 
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,3 +26,13 @@ def ordered_map(fn: Callable, items: Iterable, threads: int | None = None) -> It
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def in_blocks(fn: Callable, blocks: Iterable) -> Iterator:
+    """``fn(block)`` of each block of one array's rows (slices or index arrays), in order: on up to THREADS threads
+    when called from the main thread and there are several blocks, else in the calling thread (a worker's blocks
+    run in it: no pool inside a pool). At most THREADS blocks are in flight, so the temporaries stay those of
+    THREADS blocks; the callers' blocks are 2^18-2^20 rows, where numpy's loops release the GIL."""
+    blocks = list(blocks)
+    threads = THREADS if len(blocks) > 1 and threading.current_thread() is threading.main_thread() else 1
+    return ordered_map(fn, blocks, threads)

@@ -139,6 +139,26 @@ def test_tiny_chunks_and_one_reader_change_nothing(repeated, monkeypatch):
         assert fast(repeated) == expected
 
 
+def test_row_blocks_on_threads_change_nothing(repeated, repeated_two_processes, monkeypatch):
+    """Blocks of a few hundred rows, two at a time on threads (threads.in_blocks: the step projection, the idle
+    tests of host intervals, coverage queries and per-window sums), give the report of one block each."""
+    from nsysanalyze import attribution as A
+    from nsysanalyze import intervals as I
+    from nsysanalyze import threads
+    for path in (repeated, repeated_two_processes):
+        expected = fast(path)
+        with monkeypatch.context() as m:
+            for module in (I, A, M, S):
+                m.setattr(module, "BLOCK", 512)
+            m.setattr(I, "QUERY_BLOCK", 256)
+            m.setattr(threads, "THREADS", 2)
+            blocks = []
+            m.setattr(threads, "ordered_map", lambda fn, items, n=None, seen=threads.ordered_map: (
+                blocks.append((len(items), n)), seen(fn, items, n))[1])
+            assert fast(path) == expected
+        assert any(n >= 8 and on == 2 for n, on in blocks)  # several blocks did run on two threads
+
+
 def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, monkeypatch):
     """Memsets launched by an API the name filter does not know reach their steps through the
     correlationId fallback, exactly as when every runtime call is loaded."""
