@@ -430,7 +430,7 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
         gap_start, gap_end = e[:-1], s[1:]
         keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
         parts.append({"start": gap_start[keep], "end": gap_end[keep]})
-        parts[-1]["globalTid"] = np.full(parts[-1]["start"].size, thread, dtype=np.int64)
+        parts[-1]["globalTid"] = np.broadcast_to(np.int64(thread), parts[-1]["start"].shape)  # one value: no array
     if len(parts) == 1:
         return pd.DataFrame(parts[0], copy=False)
     return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
