@@ -476,18 +476,21 @@ def _launching_step(calls: list[tuple[np.ndarray, np.ndarray]], act_corr: np.nda
     return step
 
 
-def _joined_block(part: pd.DataFrame, block: slice, calls: dict[int, list]) -> tuple[list, list]:
-    """One block of one activity frame joined to its launching calls, process by process: the extents
-    (:func:`_step_device_extent`) of the activities launched inside steps, and the (globalPid, correlationId)
-    of those no call launched."""
-    gpid, corr = part["globalPid"].to_numpy()[block], part["correlationId"].to_numpy()[block]
+ACTIVITY_COLUMNS = ["globalPid", "correlationId", "deviceId", "start", "end"]
+
+
+def _joined_block(part: dict[str, np.ndarray], block: slice, calls: dict[int, list]) -> tuple[list, list]:
+    """One block of one activity frame's columns (ACTIVITY_COLUMNS) joined to its launching calls, process by
+    process: the extents (:func:`_step_device_extent`) of the activities launched inside steps, and the
+    (globalPid, correlationId) of those no call launched."""
+    gpid, corr = part["globalPid"][block], part["correlationId"][block]
     extents, missing = [], []
     for pid, idx in rows_by_process(gpid, of_tid=False):
         step = _launching_step(calls.get(pid, []), corr if idx is None else corr[idx])
-        rows = np.arange(block.start, min(block.stop, len(part))) if idx is None else block.start + idx
+        rows = np.arange(block.start, block.start + gpid.size) if idx is None else block.start + idx
 
         def pick(c: str, which: np.ndarray) -> np.ndarray:
-            return part[c].to_numpy()[rows[which]]
+            return part[c][rows[which]]
         hit = np.flatnonzero(step >= 0)
         if hit.size:
             extents.append(_step_device_extent(step[hit], pick("deviceId", hit), pick("start", hit), pick("end", hit)))
@@ -525,7 +528,8 @@ def _project(steps: pd.DataFrame | None, runtime: Frames, activities: Frames) ->
     extent of the work steps launched (step_row, deviceId, gpu_start, gpu_end), and the unique
     (globalPid, correlationId) of activities no call launched."""
     calls = _calls_by_process(runtime, steps)
-    blocks = [(part, slice(lo, lo + BLOCK)) for part in _parts(activities) for lo in range(0, len(part), BLOCK)]
+    columns = [{c: part[c].to_numpy() for c in ACTIVITY_COLUMNS} for part in _parts(activities)]
+    blocks = [(part, slice(lo, lo + BLOCK)) for part in columns for lo in range(0, part["start"].size, BLOCK)]
     extents, missing = [], []
     for block_extents, block_missing in in_blocks(lambda b: _joined_block(*b, calls), blocks):
         extents += block_extents
