@@ -15,7 +15,8 @@ import pandas as pd
 from .threads import in_blocks
 
 
-BLOCK = 1 << 20  # rows per block when walking large arrays: bounds the temporaries, not a loop per event
+BLOCK = 1 << 19  # rows per block when walking large arrays: bounds the temporaries, not a loop per event;
+# a 1M-row table is two blocks, which threads.in_blocks runs side by side
 QUERY_BLOCK = 1 << 18  # query times per block of Coverage.covered_before and of the prefix sums taken at windows' edges
 # Many groups (devices, threads, processes) are measured in one vectorized pass by laying them side by
 # side on one time axis: lane j is shifted by j x stride, stride > the whole time span, so no interval

@@ -29,10 +29,11 @@ def ordered_map(fn: Callable, items: Iterable, threads: int | None = None) -> It
 
 
 def in_blocks(fn: Callable, blocks: Iterable) -> Iterator:
-    """``fn(block)`` of each block of one array's rows (slices or index arrays), in order: on up to THREADS threads
-    when called from the main thread and there are several blocks, else in the calling thread (a worker's blocks
-    run in it: no pool inside a pool). At most THREADS blocks are in flight, so the temporaries stay those of
-    THREADS blocks; the callers' blocks are 2^18-2^20 rows, where numpy's loops release the GIL."""
+    """``fn(block)`` of each block of one array's rows (slices or index arrays), in order: on up to THREADS
+    threads when called from the main thread and there are several blocks, else in the calling thread (a
+    worker's blocks run in it: no pool inside a pool). At most THREADS blocks are in flight, so the temporaries
+    stay those of THREADS blocks; the callers' blocks are 2^18-2^19 rows (intervals.QUERY_BLOCK, BLOCK), large
+    enough that numpy's loops, which release the GIL, take most of the time."""
     blocks = list(blocks)
     threads = THREADS if len(blocks) > 1 and threading.current_thread() is threading.main_thread() else 1
     return ordered_map(fn, blocks, threads)
