@@ -235,6 +235,7 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
     t = np.concatenate([a.ravel(), b.ravel()])  # every window edge
     k = np.searchsorted(x.starts, t, side="right") - 1  # x's interval starting at or before the edge
     kk = np.maximum(k, 0)
+    y.total  # noqa: B018 (y's prefix sums, made here once: the blocks below query y on two threads)
     whole = _prefix_sums_at(lambda lo, hi: y.covered_before(x.ends[lo:hi]) - y.covered_before(x.starts[lo:hi]),
                             len(x), kk)  # |x ∩ y| over x's intervals before kk
     partial = y.covered_before(np.minimum(t, x.ends[kk])) - y.covered_before(x.starts[kk])
