@@ -159,6 +159,26 @@ def test_row_blocks_on_threads_change_nothing(repeated, repeated_two_processes, 
         assert any(n >= 8 and on == 2 for n, on in blocks)  # several blocks did run on two threads
 
 
+def test_in_blocks_spreads_only_the_main_threads_blocks(monkeypatch):
+    """threads.in_blocks: blocks asked for on the main thread run on the pool's threads, in order; blocks asked
+    for on a worker thread run in that worker (no pool inside a pool)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nsysanalyze import threads
+    monkeypatch.setattr(threads, "THREADS", 2)
+
+    def run() -> tuple[list, set, int]:
+        ran = set()
+        out = list(threads.in_blocks(lambda b: (ran.add(threading.get_ident()), b * b)[1], range(6)))
+        return out, ran, threading.get_ident()
+    out, ran, caller = run()
+    assert out == [0, 1, 4, 9, 16, 25] and caller not in ran
+    with ThreadPoolExecutor(1) as pool:
+        out, ran, caller = pool.submit(run).result()
+    assert out == [0, 1, 4, 9, 16, 25] and ran == {caller}
+
+
 def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, monkeypatch):
     """Memsets launched by an API the name filter does not know reach their steps through the
     correlationId fallback, exactly as when every runtime call is loaded."""
