@@ -61,7 +61,7 @@ from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, 
                         lanes_per_batch, median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted,
                         union_of, unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
-from .threads import in_blocks, ordered_map
+from .threads import for_blocks, in_blocks, ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
 
 LEVELS = ["warmup", "cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -119,7 +119,8 @@ def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
     """Rows of ``frame`` (start, end, globalTid: a frame or a dict of arrays) that overlap the GPU idle of one
     of their process's devices — only those can be causes: [start, end) is not empty and the first idle
     interval ending after start begins before end (:func:`intervals.overlapping`). Taken a block of rows at a
-    time (bounded temporaries; a block of nearby calls searches only the idle near them)."""
+    time (bounded temporaries; a block of nearby calls searches only the idle near them), blocks side by side
+    (threads.in_blocks)."""
     start, end = np.asarray(frame["start"], dtype=np.int64), np.asarray(frame["end"], dtype=np.int64)
     keep = np.zeros(start.size, dtype=bool)
     for pid, idx in rows_by_process(np.asarray(frame["globalTid"]), of_tid=True):
@@ -129,8 +130,7 @@ def _during_idle(frame, devices: dict[int, list[tuple]]) -> np.ndarray:
             s, e = start[r], end[r]
             for idle_s, idle_e in idle:
                 keep[r] |= overlapping(s, e, idle_s, idle_e)
-        for _ in in_blocks(test, row_blocks(start.size, idx)):
-            pass
+        for_blocks(test, row_blocks(start.size, idx))
     return keep
 
 

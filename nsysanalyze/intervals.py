@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .threads import in_blocks
+from .threads import for_blocks, in_blocks
 
 
 BLOCK = 1 << 19  # rows per block when walking large arrays: bounds the temporaries, not a loop per event;
@@ -194,7 +194,8 @@ class Coverage:
         return int(self._cum[-1])
 
     def covered_before(self, t: np.ndarray) -> np.ndarray:
-        """Covered ns in (-inf, t) for each t (a block of t at a time: bounded temporaries)."""
+        """Covered ns in (-inf, t) for each t (a block of t at a time: bounded temporaries; blocks side by side,
+        threads.in_blocks)."""
         t = np.asarray(t, dtype=np.int64)
         out = np.zeros(t.shape, dtype=np.int64)
         if self.starts.size == 0:
@@ -211,8 +212,7 @@ class Coverage:
             partial = np.subtract(part, start, out=start)  # ns of that interval before t, up to its length
             np.clip(partial, 0, length, out=partial)
             np.add(cum[prev], partial, out=result[at])
-        for _ in in_blocks(block, (slice(lo, lo + QUERY_BLOCK) for lo in range(0, times.size, QUERY_BLOCK))):
-            pass
+        for_blocks(block, (slice(lo, lo + QUERY_BLOCK) for lo in range(0, times.size, QUERY_BLOCK)))
         return out
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -245,11 +245,12 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
 
 def _prefix_sums_at(values_of, n: int, at: np.ndarray) -> np.ndarray:
     """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k (0 ≤ k ≤ n) in
-    ``at``; ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept)."""
+    ``at``; ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept), two
+    blocks side by side (threads.in_blocks: it is called from two threads at once)."""
     out = np.zeros(at.shape, dtype=np.int64)
     carry = 0
     blocks = [(lo, min(lo + QUERY_BLOCK, n)) for lo in range(0, n, QUERY_BLOCK)]
-    for lo, values in zip((b[0] for b in blocks), in_blocks(lambda block: values_of(*block), blocks)):
+    for (lo, _), values in zip(blocks, in_blocks(lambda block: values_of(*block), blocks)):
         inclusive = np.cumsum(values)
         here = (at >= lo) & (at < lo + values.size)
         j = at[here] - lo

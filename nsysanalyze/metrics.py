@@ -118,7 +118,7 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, en
 
     Vectorized over windows: each thread (or process) is a lane of its own on one time axis (see
     intervals.STACK_LIMIT), so one sorted pass counts every window. Events are taken a block at a
-    time (the sums add up; masks and durations exist only per block).
+    time, blocks side by side (threads.in_blocks; the sums add up; masks and durations exist only per block).
     """
     out = {name: np.zeros(len(windows), dtype=np.int64) for name in columns}
     if len(tids) == 0 or windows.empty:

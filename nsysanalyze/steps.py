@@ -41,7 +41,7 @@ import pandas as pd
 from .errors import InputError
 from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
                         lanes_per_batch, searchsorted_sorted)
-from .threads import in_blocks
+from .threads import for_blocks, in_blocks
 from .trace.tables import pid_of
 
 STALL_FACTOR = 2.0  # a steady step this many times the median one is a stall (epoch boundary, checkpoint)
@@ -452,8 +452,7 @@ def _calls_by_process(runtime: Frames, steps: pd.DataFrame | None) -> dict[int, 
 
             def assign(at: slice) -> None:
                 step[at] = _assign_to_ranges(pid_of(tid[at]), start[at], steps, key="globalPid")
-            for _ in in_blocks(assign, (slice(lo, lo + BLOCK) for lo in range(0, tid.size, BLOCK))):
-                pass
+            for_blocks(assign, (slice(lo, lo + BLOCK) for lo in range(0, tid.size, BLOCK)))
         for pid, idx in rows_by_process(tid, of_tid=True):
             c, st = (corr, step) if idx is None else (corr[idx], step[idx])
             out.setdefault(pid, []).append(_first_call_steps(c, st))

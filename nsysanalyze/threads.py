@@ -37,3 +37,9 @@ def in_blocks(fn: Callable, blocks: Iterable) -> Iterator:
     blocks = list(blocks)
     threads = THREADS if len(blocks) > 1 and threading.current_thread() is threading.main_thread() else 1
     return ordered_map(fn, blocks, threads)
+
+
+def for_blocks(fn: Callable, blocks: Iterable) -> None:
+    """:func:`in_blocks` for an ``fn`` that writes its block's part of a result and returns nothing."""
+    for _ in in_blocks(fn, blocks):
+        pass
