@@ -41,7 +41,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import (BLOCK, Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
+from .intervals import (Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
                         intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
                         union_of)
 from .threads import in_blocks
@@ -159,7 +159,7 @@ def _window_sums(windows: pd.DataFrame, tids: np.ndarray, starts: np.ndarray, en
                         dur = ends[block][take] - starts[block][take]
                     sums[name] = sum_in_windows(t[picked], dur[picked], a, b)
                 return sums
-            for sums in in_blocks(block_sums, (slice(lo_e, lo_e + BLOCK) for lo_e in range(0, len(tids), BLOCK))):
+            for sums in in_blocks(block_sums, row_blocks(len(tids))):
                 for name, values in sums.items():
                     out[name][w_rows] += values
     return out

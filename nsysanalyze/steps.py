@@ -40,7 +40,7 @@ import pandas as pd
 
 from .errors import InputError
 from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
-                        lanes_per_batch, searchsorted_sorted)
+                        lanes_per_batch, row_blocks, searchsorted_sorted)
 from .threads import for_blocks, in_blocks
 from .trace.tables import pid_of
 
@@ -452,7 +452,7 @@ def _calls_by_process(runtime: Frames, steps: pd.DataFrame | None) -> dict[int, 
 
             def assign(at: slice) -> None:
                 step[at] = _assign_to_ranges(pid_of(tid[at]), start[at], steps, key="globalPid")
-            for_blocks(assign, (slice(lo, lo + BLOCK) for lo in range(0, tid.size, BLOCK)))
+            for_blocks(assign, row_blocks(tid.size))
         for pid, idx in rows_by_process(tid, of_tid=True):
             c, st = (corr, step) if idx is None else (corr[idx], step[idx])
             out.setdefault(pid, []).append(_first_call_steps(c, st))
@@ -528,7 +528,7 @@ def _project(steps: pd.DataFrame | None, runtime: Frames, activities: Frames) ->
     (globalPid, correlationId) of activities no call launched."""
     calls = _calls_by_process(runtime, steps)
     columns = [{c: part[c].to_numpy() for c in ACTIVITY_COLUMNS} for part in _parts(activities)]
-    blocks = [(part, slice(lo, lo + BLOCK)) for part in columns for lo in range(0, part["start"].size, BLOCK)]
+    blocks = [(part, block) for part in columns for block in row_blocks(part["start"].size)]
     extents, missing = [], []
     for block_extents, block_missing in in_blocks(lambda b: _joined_block(*b, calls), blocks):
         extents += block_extents
