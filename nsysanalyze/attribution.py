@@ -821,14 +821,14 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     """The cause of every instant of [a, b) on the processes' lanes (``calls``: :func:`_lane_calls`), piecewise
     constant between host-interval edges: ``bounds`` (sorted piece starts; bounds[0] = -inf), ``label`` per piece
     (index into ``level`` and ``cause``: the LEVELS index and cause code, -1 untraced, of each distinct label).
-    An instant gets, per level (highest precedence last, overwriting), the host interval of that level
-    :func:`_active_label` picks there. Of each level, only its calls from the first reaching past a to the last
+    An instant gets the host interval :func:`_active_label` picks there in the highest-precedence level that
+    has one (levels in LEVELS' order; a level is asked only about the bounds no higher one holds). Of each level, only its calls from the first reaching past a to the last
     starting before b take part: the earlier ones end by a (never latest-starting while one after them has
     started), the later ones start after b. Per level, so one long interval (a warm-up range open across a
     compile) keeps only its own level's later calls, not every call after it."""
     last = int(np.searchsorted(calls["start"], b, side="left"))
     taking = []
-    for lv in range(len(LEVELS) - 2, -1, -1):  # lowest precedence first, so higher levels overwrite
+    for lv in range(len(LEVELS) - 1):  # highest precedence first
         if lv in calls["by_level"]:
             positions, reach = calls["by_level"][lv]
             upto = int(np.searchsorted(positions, positions.dtype.type(last)))  # same dtype: no copy of positions
@@ -840,10 +840,15 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     bounds = np.concatenate(([np.iinfo(np.int64).min], edges)).astype(np.int64, copy=False)
     level = np.full(bounds.size, len(LEVELS) - 1, dtype=np.int64)
     cause = np.full(bounds.size, -1, dtype=np.int64)
-    for lv, starts, ends, codes in taking:
-        lab = _active_label(starts, ends, codes, bounds)
+    todo = None  # the bounds no level has claimed yet (None: every bound)
+    for lv, starts, ends, codes in taking:  # a bound keeps the first level that claims it
+        lab = _active_label(starts, ends, codes, bounds if todo is None else bounds[todo])
         hit = lab >= 0
-        level[hit], cause[hit] = lv, lab[hit]
+        claimed = np.flatnonzero(hit) if todo is None else todo[hit]
+        level[claimed], cause[claimed] = lv, lab[hit]
+        todo = np.flatnonzero(~hit) if todo is None else todo[~hit]
+        if not todo.size:
+            break
     labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
     level_of, cause_of = np.divmod(labels, n_causes + 2)
     return {"bounds": bounds, "label": label, "level": level_of, "cause": cause_of - 1}
@@ -869,9 +874,9 @@ def _label_sums(x: np.ndarray, y: np.ndarray, bounds: np.ndarray, label: np.ndar
     if many.size:
         length = np.zeros(bounds.size, dtype=np.int64)
         length[1:-1] = np.diff(bounds[1:])  # the first (from -inf) and last (to +inf) pieces are never whole
-        key = label.astype(np.int64) * bounds.size + np.arange(bounds.size)
-        order = np.argsort(key, kind="stable")
-        key = key[order]
+        # the pieces by (label, position): a stable sort of the labels, a radix sort when they fit 16 bits
+        order = np.argsort(label.astype(np.int16) if n_labels <= 1 << 15 else label, kind="stable")
+        key = label[order].astype(np.int64) * bounds.size + order
         cum = np.concatenate(([0], np.cumsum(length[order])))
         per_block = max(1, BLOCK // n_labels)
         for lo_r in range(0, many.size, per_block):  # (range, label) pairs a block at a time
@@ -973,10 +978,12 @@ def _active_label(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, t: n
     else:
         order = np.argsort(starts, kind="stable")
         s, e, lab = starts[order], ends[order], labels[order]
-    reach = np.maximum.accumulate(e)
-    furthest = _running_argmax(e, reach)
     k = search_sorted(s, t, side="right") - 1
     kk = np.maximum(k, 0)
+    reach = np.maximum.accumulate(e)
+    if np.array_equal(reach, e):  # no interval ends before an earlier-starting one: the latest reaches furthest
+        return np.where((k >= 0) & (e[kk] > t), lab[kk], -1)
+    furthest = _running_argmax(e, reach)
     latest = (k >= 0) & (e[kk] > t)
     outer = (k >= 0) & ~latest & (reach[kk] > t)
     return np.where(latest, lab[kk], np.where(outer, lab[furthest[kk]], -1))
