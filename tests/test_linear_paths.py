@@ -546,3 +546,31 @@ def test_ledgers_and_gap_rows_equal_one_device_at_a_time(variant, tmp_path):
                                for ev in evidence], ignore_index=True)[waited.columns]
     assert len(waited) > 3
     pd.testing.assert_frame_equal(waited, one_at_a_time)
+
+
+@pytest.mark.parametrize("ends_never_fall", [True, False])
+def test_active_label_follows_its_definition(ends_never_fall):
+    """_active_label on generated intervals (a unit test: no trace) against its definition taken one time at a
+    time: the latest-starting interval (last in start order) when it holds t, else the first of those started
+    by t that reaches furthest, when it holds t, else -1. With ends that never fall in start order (the fast
+    path every real level took in the OSRT exports) and with nested intervals (the general path)."""
+    rng = np.random.default_rng(7)
+    starts = np.sort(rng.integers(0, 10_000, 400))
+    ends = starts + rng.integers(0, 300, starts.size) * rng.integers(1, 4, starts.size) ** 3
+    if ends_never_fall:
+        ends = np.maximum.accumulate(ends)
+    assert bool((np.diff(ends) >= 0).all()) == ends_never_fall
+    labels = rng.integers(0, 9, starts.size)
+    t = np.unique(np.concatenate([starts, ends, rng.integers(-50, 20_000, 500)]))
+    want = np.full(t.size, -1)
+    for i, x in enumerate(t):
+        started = np.flatnonzero(starts <= x)
+        if not started.size:
+            continue
+        latest = started[-1]
+        furthest = started[np.argmax(ends[started])]
+        if ends[latest] > x:
+            want[i] = labels[latest]
+        elif ends[furthest] > x:
+            want[i] = labels[furthest]
+    np.testing.assert_array_equal(A._active_label(starts, ends, labels, t), want)
