@@ -251,7 +251,7 @@ class Analysis:
                                                                        os_calls, t.osrt_rowids(), windows)
         del sources, os_calls
         cpu = pd.concat([cpu, munmap], axis=1)
-        gaps = pd.concat([A.idle_gap_metrics(w.reset_index(drop=True), idle) for w in (steps, capture) if len(w)],
+        gaps = pd.concat(A.idle_gap_metrics([w.reset_index(drop=True) for w in (steps, capture) if len(w)], idle),
                          ignore_index=True)
         del idle
         self.__dict__["_busy_classes"] = gpu[L.BUSY_COLUMNS]  # the ledger's busy rows (not step/summary columns)

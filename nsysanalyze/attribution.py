@@ -927,21 +927,41 @@ def interval_causes(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray
     return out
 
 
-def idle_gap_metrics(windows: pd.DataFrame, idle: dict[tuple[int, int], tuple]) -> pd.DataFrame:
-    """Per window row (globalPid, deviceId, window_start, window_end; disjoint per device): idle_gap_count
-    (GPU idle intervals starting in it) and idle_short_gap_ns (their idle ns in gaps shorter than
-    SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop); ``idle``: :func:`idle_by_device`."""
-    count = np.zeros(len(windows), np.int64)
-    short = np.zeros(len(windows), np.int64)
-    for (pid, dev), idx in windows.groupby(["globalPid", "deviceId"]).indices.items():
-        ws, we = windows["window_start"].to_numpy(np.int64)[idx], windows["window_end"].to_numpy(np.int64)[idx]
-        idle_s, idle_e = _idle_within(idle[(int(pid), int(dev))], int(ws.min()), int(we.max()))
-        length = idle_e - idle_s
-        short_cum = np.concatenate(([0], np.cumsum(np.where(length < SHORT_GAP_NS, length, 0))))
-        first, end = np.searchsorted(idle_s, ws, side="left"), np.searchsorted(idle_s, we, side="left")
-        count[idx] = end - first  # idle intervals starting in [window_start, window_end): idle_s is sorted
-        short[idx] = short_cum[end] - short_cum[first]
-    return pd.DataFrame({"idle_gap_count": count, "idle_short_gap_ns": short}, index=windows.index)
+def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tuple]) -> list[pd.DataFrame]:
+    """Per window row of each frame (globalPid, deviceId, window_start, window_end; disjoint per device):
+    idle_gap_count (GPU idle intervals starting in it) and idle_short_gap_ns (their idle ns in gaps shorter
+    than SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop), of the device's idle
+    (``idle``: :func:`idle_by_device`) cut to the span of the frame's windows on it (:func:`_idle_within`).
+    A device's prefix sums are made once for every frame, on its idle as it is (no cut copy): the two
+    intervals cut at the span's edges are corrected on their own."""
+    out = [(np.zeros(len(w), np.int64), np.zeros(len(w), np.int64)) for w in frames]
+    groups = [w.groupby(["globalPid", "deviceId"]).indices for w in frames]
+    for key in dict.fromkeys(k for g in groups for k in g):
+        starts, ends = idle[(int(key[0]), int(key[1]))]
+        short_cum = np.concatenate(([0], np.cumsum(_short(ends - starts))))  # short ns before each interval
+        for w, g, (count, short) in zip(frames, groups, out):
+            if key not in g:
+                continue
+            idx = g[key]
+            ws, we = w["window_start"].to_numpy(np.int64)[idx], w["window_end"].to_numpy(np.int64)[idx]
+            a, b = int(ws.min()), int(we.max())
+            i, j = int(np.searchsorted(ends, a, side="right")), int(np.searchsorted(starts, b, side="left"))
+            first, end = np.searchsorted(starts[i:j], ws, side="left"), np.searchsorted(starts[i:j], we, side="left")
+            if j > i:  # the span cuts its first interval's start to a, its last's end to b
+                cut_start = max(int(starts[i]), a)
+                first[ws <= cut_start], end[we <= cut_start] = 0, 0
+            count[idx] = end - first  # idle intervals starting in [window_start, window_end)
+            short[idx] = short_cum[i + end] - short_cum[i + first]
+            for k in {i, j - 1} if j > i else ():  # the cut intervals' short ns, where a window counts them
+                cut = min(int(ends[k]), b) - max(int(starts[k]), a)
+                fix = int(_short(np.array([cut]))[0] - _short(ends[k:k + 1] - starts[k:k + 1])[0])
+                short[idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
+    return [pd.DataFrame({"idle_gap_count": c, "idle_short_gap_ns": s}, index=w.index) for w, (c, s) in zip(frames, out)]
+
+
+def _short(lengths: np.ndarray) -> np.ndarray:
+    """Each idle length (ns) when it is a short gap (below SHORT_GAP_NS), else 0."""
+    return np.where(lengths < SHORT_GAP_NS, lengths, 0)
 
 
 def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

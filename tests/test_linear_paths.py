@@ -574,3 +574,30 @@ def test_active_label_follows_its_definition(ends_never_fall):
         elif ends[furthest] > x:
             want[i] = labels[furthest]
     np.testing.assert_array_equal(A._active_label(starts, ends, labels, t), want)
+
+
+def test_idle_gap_metrics_cut_at_each_frames_span():
+    """idle_gap_metrics against its definition (a unit test on generated intervals: no trace): per frame and
+    device, the idle cut to the span of the frame's windows (a copy with its edge intervals cut), then per
+    window the intervals starting in it and the ns of those shorter than SHORT_GAP_NS. Idle lengths lie
+    around SHORT_GAP_NS and the spans start and end inside idle intervals, so a cut changes which are short."""
+    rng = np.random.default_rng(11)
+    short = A.SHORT_GAP_NS
+    idle, frames = {}, [[], []]
+    for key in [(1, 0), (1, 1), (2, 0)]:
+        edges = np.cumsum(rng.integers(short // 3, 3 * short, 400))
+        idle[key] = (edges[0::2].copy(), edges[1::2].copy())
+        for f, frame in enumerate(frames):
+            bounds = np.sort(rng.choice(np.arange(edges[0] - short, edges[-1] + short), 2 * (20 + 30 * f), replace=False))
+            frame.append(pd.DataFrame({"globalPid": key[0], "deviceId": key[1],
+                                       "window_start": bounds[0::2], "window_end": bounds[1::2]}))
+    frames = [pd.concat(f, ignore_index=True) for f in frames]
+    got = A.idle_gap_metrics(frames, idle)
+    for windows, result in zip(frames, got):
+        for key, rows in windows.groupby(["globalPid", "deviceId"]):
+            ws, we = rows["window_start"].to_numpy(), rows["window_end"].to_numpy()
+            s, e = A._idle_within(idle[key], int(ws.min()), int(we.max()))
+            counts = [int(((s >= a) & (s < b)).sum()) for a, b in zip(ws, we)]
+            shorts = [int(np.where(((s >= a) & (s < b)) & (e - s < short), e - s, 0).sum()) for a, b in zip(ws, we)]
+            assert result.loc[rows.index, "idle_gap_count"].tolist() == counts
+            assert result.loc[rows.index, "idle_short_gap_ns"].tolist() == shorts
