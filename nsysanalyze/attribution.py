@@ -451,7 +451,7 @@ def _inside_cuda_calls(osrt: pd.DataFrame, calls: dict[int, tuple[np.ndarray, np
             if tid in calls:
                 s, reach = calls[tid]
                 at = r if rows is None else r.start + rows
-                k = np.searchsorted(s, o_start[at], side="right") - 1
+                k = search_sorted(s, o_start[at], side="right") - 1  # the thread's calls by rowid: in start order
                 inside[at] = (k >= 0) & (reach[np.maximum(k, 0)] >= o_end[at])
     return inside
 
