@@ -43,9 +43,10 @@ The host state at an instant is a property of the process: its host intervals (t
 of any of its devices) define one cause timeline per process, shared by its devices.
 
 Cost: every device and process in one pass, side by side on one time axis (:func:`_idle_pieces`): one sort of
-the host-interval edges and a searchsorted per precedence level for the cause timeline, then per device its
-idle cut where its step or tags change, each piece's ns per cause from the timeline (prefix sums per cause
-over long pieces): linear in events after the sorts, a device costing its own idle intervals and steps.
+the host-interval edges and, per precedence level, a searchsorted of the bounds no higher level holds for the
+cause timeline, then per device its idle cut where its step or tags change, each piece's ns per cause from the
+timeline (prefix sums per cause over long pieces): linear in events after the sorts, a device costing its own
+idle intervals and steps.
 """
 from __future__ import annotations
 
