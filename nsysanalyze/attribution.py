@@ -142,8 +142,10 @@ def _warmup_range(names: pd.Series) -> pd.Series:
 
 
 def _idle_of_any(devices: dict[int, list[tuple]]) -> tuple[np.ndarray, np.ndarray]:
-    """The union of every process's GPU idle (``devices``: :func:`idle_by_process`): (starts, ends) ns."""
-    return union_of(*[part for per in devices.values() for part in per])
+    """The union of every process's GPU idle (``devices``: :func:`idle_by_process`): (starts, ends) ns. One
+    process's idle is already sorted and disjoint: it is its own union."""
+    parts = [part for per in devices.values() for part in per]
+    return parts[0] if len(parts) == 1 else union_of(*parts)
 
 
 @dataclass
@@ -220,9 +222,7 @@ def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.Data
     launch_tids = set(launches_per_thread.index.tolist())
     cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
     cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
-    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary)
-    if len(helper_gaps):
-        helper_gaps = helper_gaps[_during_idle(helper_gaps, devices)]
+    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary, devices)
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]  # the whole table is done with here
     any_idle = _idle_of_any(devices)  # a call during its own process's idle is during this union's
@@ -400,11 +400,14 @@ def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame)
     return pd.Categorical.from_codes(code + 1, labels)
 
 
-def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int]) -> pd.DataFrame:
+def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int],
+                                  devices: dict[int, list[tuple]]) -> pd.DataFrame:
     """The gaps (start, end, globalTid) shorter than SHORT_GAP_NS between consecutive launch calls of the
     launching threads that are not their process's primary thread (PyTorch's autograd threads launching the
-    backward): while one runs, the primary thread's OS wait is a wait for that thread's work (the caller keeps
-    them only for processes whose primary thread makes OS waits during GPU idle)."""
+    backward), those overlapping the GPU idle of their process's devices (``devices``: :func:`idle_by_process`;
+    tested a thread at a time, so the other gaps are never gathered): while one runs, the primary thread's OS
+    wait is a wait for that thread's work (the caller keeps them only for processes whose primary thread makes
+    OS waits during GPU idle)."""
     cols = ["start", "end", "globalTid"]
     if not primary or not launching.any():
         return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
@@ -430,8 +433,11 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
             s, e = s[order], e[order]
         gap_start, gap_end = e[:-1], s[1:]
         keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
-        parts.append({"start": gap_start[keep], "end": gap_end[keep]})
-        parts[-1]["globalTid"] = np.broadcast_to(np.int64(thread), parts[-1]["start"].shape)  # one value: no array
+        gaps = {"start": gap_start[keep], "end": gap_end[keep]}
+        gaps["globalTid"] = np.broadcast_to(np.int64(thread), gaps["start"].shape)  # one value: no array
+        during = np.flatnonzero(_during_idle(gaps, devices))
+        parts.append({"start": gaps["start"][during], "end": gaps["end"][during],
+                      "globalTid": np.broadcast_to(np.int64(thread), during.shape)})
     if len(parts) == 1:
         return pd.DataFrame(parts[0], copy=False)
     return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
