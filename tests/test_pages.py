@@ -351,3 +351,27 @@ def test_without_preadv_the_pages_are_read_with_pread(tmp_path, monkeypatch):
     monkeypatch.delattr(pages.os, "pread")
     assert tables._page_plan(conn, "t", exprs, tables.TIMED) is None
     assert tables.fetch_columns(conn, "t", exprs, tables.TIMED).to_numpy().tolist() == expected
+
+
+@pytest.mark.parametrize("asked", [("c2", "c9"), ("c3", "c4", "c10"), ("c5",), ("c2", "c3", "c5", "c9", "c10")])
+def test_fields_alike_in_every_row_and_fields_that_differ(tmp_path, monkeypatch, asked):
+    """Unit test on a file built here: 11 columns over two header words, whose serial types are the same in every
+    row of a block (read with one type per field), hold only 0 and 1 (types 8 and 9: no bytes either way, read
+    per row when asked, skipped when not), or differ in width from the middle of the table on (every block
+    before it alike, the ones after it not); the page reader decodes every block and gives what SQL gives for
+    each set of asked columns."""
+    decode, decoded = pages.TablePages.decode, []
+    monkeypatch.setattr(pages.TablePages, "decode", lambda *a, **k: decoded.append(decode(*a, **k)) or decoded[-1])
+    monkeypatch.setattr(tables, "CHUNK_PAGES_BYTES", 1 << 16)  # several blocks: alike ones and differing ones
+    n = 20_000
+    rows = [(100_000 + i, 100_005 + i, 7, i % 2, (i // 3) % 2, EXTREMES[i % len(EXTREMES)] if i > n // 2 else 300,
+             i % 2, 1 << 20, 0, 1, (i // 7) % 2, 40_000) for i in range(n)]
+    extra = "".join(f", c{k} INTEGER" for k in range(3, 12))
+    conn = tiny_table(tmp_path, rows, extra=extra)
+    names = ["value", *(f"c{k}" for k in range(3, 12))]
+    column = {f"c{k + 2}": names[k] for k in range(len(names))}  # c2 is the table's "value" column
+    exprs = {"start": "start", **{c: f'"{column[c]}"' for c in asked}}
+    got = tables.fetch_columns(conn, "t", exprs, tables.TIMED)
+    sql = "SELECT start, " + ", ".join(f'"{column[c]}"' for c in asked) + " FROM t ORDER BY rowid"
+    assert got.to_numpy().tolist() == [list(r) for r in conn.execute(sql)]
+    assert sum(len(values[0]) for values, _ in decoded) == n  # every row by the page reader, none by SQL

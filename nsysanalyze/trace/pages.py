@@ -191,17 +191,27 @@ class TablePages:
         buf[-9] = 1
         got: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         test_after = max(early[0]) if early is not None else -1
+        lanes = None  # per field of this header word: its serial type where every row has the same one (:func:`_lanes`)
         for j in range(need):
-            if (offset > record_end).any():  # checked before each field's read: no position leaves its cell
-                raise Unsupported("a field past its record")
             lane = (j + 1) % 8  # field j's serial type: header byte j + 1
             if lane == 0:  # the next 8 fields' serial types: one gather
                 types = _be_words(words, record + 1 + j)
-            kind = (types >> np.uint64(56 - 8 * lane)).astype(np.uint8)  # keeps the low byte
-            low, high = int(kind.min()) if kind.size else 0, int(kind.max()) if kind.size else 0
-            if high >= 0x80:
-                raise Unsupported("multi-byte serial type")
-            if low == high:  # one serial type in every row (the usual case): scalar size and shift
+            if j == 0 or lane == 0:
+                first_lane, lanes = lane, _lanes(types, lane, min(need - j, 8 - lane))
+                sized = lanes is not None and bool((lanes != VARIES).all())  # every row's fields lie alike
+                if sized and (offset + int(SERIAL_SIZE[np.maximum(lanes, 0)].sum()) > record_end).any():
+                    raise Unsupported("a field past its record")  # the word's fields, checked before their reads
+            if not sized and (offset > record_end).any():  # checked before each field's read: no position leaves its cell
+                raise Unsupported("a field past its record")
+            same = int(lanes[lane - first_lane]) if lanes is not None else VARIES
+            if same >= 0 or (same == ZERO_OR_ONE and j not in fields):  # scalar size and shift (the usual case)
+                low = high = max(same, 0)  # a 0-or-1 field no one asks for: its size, 0, is all that matters
+            else:
+                kind = (types >> np.uint64(56 - 8 * lane)).astype(np.uint8)  # keeps the low byte
+                low, high = int(kind.min()) if kind.size else 0, int(kind.max()) if kind.size else 0
+                if high >= 0x80:
+                    raise Unsupported("multi-byte serial type")
+            if low == high:  # one serial type in every row: scalar size and shift
                 size = int(SERIAL_SIZE[low])
                 if j in fields:
                     if not INTEGER_TYPE[low]:
@@ -228,6 +238,27 @@ class TablePages:
         if inside is not None:
             got = _rows_of(got, np.flatnonzero(inside))
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
+
+
+VARIES, ZERO_OR_ONE = -1, -2  # :func:`_lanes`: a field whose serial type differs between rows; one that is 8 or 9
+
+
+def _lanes(types: np.ndarray, lane: int, count: int) -> np.ndarray | None:
+    """Per field in lanes ``lane`` .. ``lane + count - 1`` of the header words ``types`` (big-endian, one per row;
+    lane k: bits 56 - 8k .. 63 - 8k): its serial type where every row has the same one-byte type, ZERO_OR_ONE where
+    the rows hold only the integers 0 and 1 (types 8 and 9: no bytes either way), else VARIES; None for no rows.
+    Two passes (which bits differ from the first row's) replace a min and a max per field."""
+    if not types.size:
+        return None
+    differ = int(np.bitwise_or.reduce(types ^ types[0]))
+    first = int(types[0])
+    out = np.empty(count, dtype=np.int64)
+    for k in range(count):
+        shift = 56 - 8 * (lane + k)
+        kind, bits = (first >> shift) & 0xFF, (differ >> shift) & 0xFF
+        out[k] = (kind if kind < 0x80 else VARIES) if not bits else (ZERO_OR_ONE if bits == 1 and kind in (8, 9)
+                                                                       else VARIES)
+    return out
 
 
 def _rows_of(got: dict[int, tuple[np.ndarray, np.ndarray | None]], rows: np.ndarray) -> dict:
