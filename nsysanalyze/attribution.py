@@ -256,10 +256,11 @@ def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.Data
                                pd.Categorical.from_codes(np.zeros(len(long_rows), np.int8),
                                                          ["kernel launch loading its module"])))
     labelled = []
-    for rows, label in ((runtime[launching & ~long_launch], "kernel launch"),
+    launches = np.flatnonzero(launching & ~long_launch)
+    for rows, label in (({c: runtime[c].to_numpy()[launches] for c in ("start", "end", "globalTid")}, "kernel launch"),
                         (helper_gaps, "between launches on another thread")):
-        pids = pid_of(rows["globalTid"].to_numpy())
-        labelled.append(_labelled(rows, pids, LAUNCH, _in_range(label, rows["start"].to_numpy(), pids, ranges)))
+        pids = pid_of(np.asarray(rows["globalTid"]))
+        labelled.append(_labelled(rows, pids, LAUNCH, _in_range(label, np.asarray(rows["start"]), pids, ranges)))
     if len(labelled[0]):
         parts.append(labelled[0])
     return HostSources(parts, labelled[1], cause_threads, primary, launch_tids, runtime,
@@ -385,19 +386,22 @@ def _primary_ranges(nvtx: pd.DataFrame, primary: dict[int, int], step_ranges: pd
 def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame) -> pd.Categorical:
     """``label`` for calls starting at ``t`` (ns) in processes ``pids``, as "label in 'range'" where a primary
     thread's NVTX sub-range of the same process holds the start (the innermost: _active_label). One sorted
-    lookup per process."""
+    lookup per process, a block of calls at a time (bounded temporaries), blocks side by side (for_blocks)."""
     names = pd.Categorical(ranges["cause"]) if len(ranges) else pd.Categorical([])
-    code = np.full(t.size, -1, dtype=np.int64)
+    code = np.zeros(t.size, dtype=np.int32 if len(names.categories) < np.iinfo(np.int32).max else np.int64)
     if len(ranges):
         r_pid = pid_of(ranges["globalTid"].to_numpy())
         r_s, r_e, r_code = ranges["start"].to_numpy(), ranges["end"].to_numpy(), names.codes.astype(np.int64)
         for (pid,), rows in group_indices(pids):
             mine = r_pid == pid
             if mine.any():
-                at = slice(None) if rows is None else rows
-                code[at] = _active_label(r_s[mine], r_e[mine], r_code[mine], t[at])
+                s, e, c = r_s[mine], r_e[mine], r_code[mine]
+
+                def label_block(at) -> None:  # each block writes its own rows; code 0: in no sub-range
+                    code[at] = _active_label(s, e, c, t[at]) + 1
+                for_blocks(label_block, row_blocks(t.size, rows))
     labels = [label] + [f"{label} in '{n}'" for n in names.categories]
-    return pd.Categorical.from_codes(code + 1, labels)
+    return pd.Categorical.from_codes(code, labels)
 
 
 def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int],
@@ -433,11 +437,13 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
             s, e = s[order], e[order]
         gap_start, gap_end = e[:-1], s[1:]
         keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
-        gaps = {"start": gap_start[keep], "end": gap_end[keep]}
-        gaps["globalTid"] = np.broadcast_to(np.int64(thread), gaps["start"].shape)  # one value: no array
-        during = np.flatnonzero(_during_idle(gaps, devices))
-        parts.append({"start": gaps["start"][during], "end": gaps["end"][during],
-                      "globalTid": np.broadcast_to(np.int64(thread), during.shape)})
+        start, end = gap_start[keep], gap_end[keep]
+        del at, s, e, gap_start, gap_end, keep  # the thread's launches are done with before the idle test
+
+        def of_thread(start, end):  # its globalTid: one value, no array
+            return {"start": start, "end": end, "globalTid": np.broadcast_to(np.int64(thread), start.shape)}
+        during = _during_idle(of_thread(start, end), devices)
+        parts.append(of_thread(start, end) if during.all() else of_thread(start[during], end[during]))
     if len(parts) == 1:
         return pd.DataFrame(parts[0], copy=False)
     return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
@@ -476,7 +482,8 @@ def _labelled(rows, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
     row, kept categorical (few distinct labels)."""
     starts = np.asarray(rows["start"], dtype=np.int64)
     return pd.DataFrame({"start": starts, "end": np.asarray(rows["end"], dtype=np.int64), "globalPid": pids,
-                         "level": np.full(starts.size, level, np.int8), "cause": pd.Categorical(cause)})
+                         "level": np.full(starts.size, level, np.int8), "cause": pd.Categorical(cause)},
+                        copy=False)  # the columns as they are: not gathered into one block again
 
 
 def _primary_threads(launches_per_thread: pd.Series, step_ranges: pd.DataFrame) -> dict[int, int]:
