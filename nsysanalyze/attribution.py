@@ -836,10 +836,11 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     constant between host-interval edges: ``bounds`` (sorted piece starts; bounds[0] = -inf), ``label`` per piece
     (index into ``level`` and ``cause``: the LEVELS index and cause code, -1 untraced, of each distinct label).
     An instant gets the host interval :func:`_active_label` picks there in the highest-precedence level that
-    has one (levels in LEVELS' order; a level is asked only about the bounds no higher one holds). Of each level, only its calls from the first reaching past a to the last
-    starting before b take part: the earlier ones end by a (never latest-starting while one after them has
-    started), the later ones start after b. Per level, so one long interval (a warm-up range open across a
-    compile) keeps only its own level's later calls, not every call after it."""
+    has one (levels in LEVELS' order; a level is asked only about the bounds no higher one holds). Of each
+    level, only its calls from the first reaching past a to the last starting before b take part: the earlier
+    ones end by a (never latest-starting while one after them has started), the later ones start after b. Per
+    level, so one long interval (a warm-up range open across a compile) keeps only its own level's later calls,
+    not every call after it."""
     last = int(np.searchsorted(calls["start"], b, side="left"))
     taking = []
     for lv in range(len(LEVELS) - 1):  # highest precedence first
@@ -969,8 +970,10 @@ def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tup
             for k in {i, j - 1} if j > i else ():  # the cut intervals' short ns, where a window counts them
                 cut = min(int(ends[k]), b) - max(int(starts[k]), a)
                 fix = int(_short(np.array([cut]))[0] - _short(ends[k:k + 1] - starts[k:k + 1])[0])
-                short[idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
-    return [pd.DataFrame({"idle_gap_count": c, "idle_short_gap_ns": s}, index=w.index) for w, (c, s) in zip(frames, out)]
+                if fix:
+                    short[idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
+    return [pd.DataFrame({"idle_gap_count": c, "idle_short_gap_ns": s}, index=w.index)
+            for w, (c, s) in zip(frames, out)]
 
 
 def _short(lengths: np.ndarray) -> np.ndarray:

@@ -588,7 +588,9 @@ def test_idle_gap_metrics_cut_at_each_frames_span():
         edges = np.cumsum(rng.integers(short // 3, 3 * short, 400))
         idle[key] = (edges[0::2].copy(), edges[1::2].copy())
         for f, frame in enumerate(frames):
-            bounds = np.sort(rng.choice(np.arange(edges[0] - short, edges[-1] + short), 2 * (20 + 30 * f), replace=False))
+            n_bounds = 2 * (20 + 30 * f)  # distinct window edges, from before the first idle to after the last
+            candidates = np.unique(rng.integers(edges[0] - short, edges[-1] + short, 4 * n_bounds))
+            bounds = np.sort(rng.choice(candidates, n_bounds, replace=False))
             frame.append(pd.DataFrame({"globalPid": key[0], "deviceId": key[1],
                                        "window_start": bounds[0::2], "window_end": bounds[1::2]}))
     frames = [pd.concat(f, ignore_index=True) for f in frames]

@@ -201,8 +201,8 @@ class TablePages:
                 sized = lanes is not None and bool((lanes != VARIES).all())  # every row's fields lie alike
                 if sized and (offset + int(SERIAL_SIZE[np.maximum(lanes, 0)].sum()) > record_end).any():
                     raise Unsupported("a field past its record")  # the word's fields, checked before their reads
-            if not sized and (offset > record_end).any():  # checked before each field's read: no position leaves its cell
-                raise Unsupported("a field past its record")
+            if not sized and (offset > record_end).any():  # else checked before each field's read
+                raise Unsupported("a field past its record")  # no position leaves its cell
             same = int(lanes[lane - first_lane]) if lanes is not None else VARIES
             if same >= 0 or (same == ZERO_OR_ONE and j not in fields):  # scalar size and shift (the usual case)
                 low = high = max(same, 0)  # a 0-or-1 field no one asks for: its size, 0, is all that matters
