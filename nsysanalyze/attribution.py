@@ -388,7 +388,7 @@ def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame)
     thread's NVTX sub-range of the same process holds the start (the innermost: _active_label). One sorted
     lookup per process, a block of calls at a time (bounded temporaries), blocks side by side (for_blocks)."""
     names = pd.Categorical(ranges["cause"]) if len(ranges) else pd.Categorical([])
-    code = np.zeros(t.size, dtype=np.int32 if len(names.categories) < np.iinfo(np.int32).max else np.int64)
+    code = np.zeros(t.size, dtype=np.int32)  # 0: in no sub-range; else 1 + the range name's code
     if len(ranges):
         r_pid = pid_of(ranges["globalTid"].to_numpy())
         r_s, r_e, r_code = ranges["start"].to_numpy(), ranges["end"].to_numpy(), names.codes.astype(np.int64)
@@ -397,7 +397,7 @@ def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame)
             if mine.any():
                 s, e, c = r_s[mine], r_e[mine], r_code[mine]
 
-                def label_block(at) -> None:  # each block writes its own rows; code 0: in no sub-range
+                def label_block(at) -> None:  # each block writes its own rows
                     code[at] = _active_label(s, e, c, t[at]) + 1
                 for_blocks(label_block, row_blocks(t.size, rows))
     labels = [label] + [f"{label} in '{n}'" for n in names.categories]
@@ -439,15 +439,19 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
         keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
         start, end = gap_start[keep], gap_end[keep]
         del at, s, e, gap_start, gap_end, keep  # the thread's launches are done with before the idle test
-
-        def of_thread(start, end):  # its globalTid: one value, no array
-            return {"start": start, "end": end, "globalTid": np.broadcast_to(np.int64(thread), start.shape)}
-        during = _during_idle(of_thread(start, end), devices)
-        parts.append(of_thread(start, end) if during.all() else of_thread(start[during], end[during]))
+        during = _during_idle(_thread_gaps(start, end, thread), devices)
+        if not during.all():
+            start, end = start[during], end[during]
+        parts.append(_thread_gaps(start, end, thread))
     if len(parts) == 1:
         return pd.DataFrame(parts[0], copy=False)
     return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
                         copy=False)
+
+
+def _thread_gaps(start: np.ndarray, end: np.ndarray, thread: int) -> dict[str, np.ndarray]:
+    """One thread's gaps as columns start, end (ns), globalTid: its one value as a broadcast view (no array)."""
+    return {"start": start, "end": end, "globalTid": np.broadcast_to(np.int64(thread), start.shape)}
 
 
 def _inside_cuda_calls(osrt: pd.DataFrame, calls: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
