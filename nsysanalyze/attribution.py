@@ -973,15 +973,15 @@ def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tup
             short[idx] = short_cum[i + end] - short_cum[i + first]
             for k in {i, j - 1} if j > i else ():  # the cut intervals' short ns, where a window counts them
                 cut = min(int(ends[k]), b) - max(int(starts[k]), a)
-                fix = int(_short(np.array([cut]))[0] - _short(ends[k:k + 1] - starts[k:k + 1])[0])
+                fix = int(_short(cut) - _short(int(ends[k] - starts[k])))
                 if fix:
                     short[idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
     return [pd.DataFrame({"idle_gap_count": c, "idle_short_gap_ns": s}, index=w.index)
             for w, (c, s) in zip(frames, out)]
 
 
-def _short(lengths: np.ndarray) -> np.ndarray:
-    """Each idle length (ns) when it is a short gap (below SHORT_GAP_NS), else 0."""
+def _short(lengths):
+    """Each idle length (ns; an array or one value) when it is a short gap (below SHORT_GAP_NS), else 0."""
     return np.where(lengths < SHORT_GAP_NS, lengths, 0)
 
 

@@ -24,12 +24,13 @@ QUERY_BLOCK = 1 << 18  # query times per block of Coverage.covered_before and of
 STACK_LIMIT = 1 << 62
 
 
-def row_blocks(n: int, rows: np.ndarray | None = None):
-    """Row selectors a BLOCK at a time: slices of the ``n`` rows when ``rows`` is None (no index array),
-    else pieces of ``rows`` (bounds the temporaries of a per-row computation)."""
+def row_blocks(n: int, rows: np.ndarray | None = None, size: int | None = None):
+    """Row selectors ``size`` (default BLOCK) rows at a time: slices of the ``n`` rows when ``rows`` is None (no
+    index array), else pieces of ``rows`` (bounds the temporaries of a per-row computation)."""
+    size = size or BLOCK
     if rows is None:
-        return (slice(lo, lo + BLOCK) for lo in range(0, n, BLOCK))
-    return (rows[lo:lo + BLOCK] for lo in range(0, rows.size, BLOCK))
+        return (slice(lo, min(lo + size, n)) for lo in range(0, n, size))
+    return (rows[lo:lo + size] for lo in range(0, rows.size, size))
 
 
 def isin_blocks(values: np.ndarray, candidates) -> np.ndarray:
@@ -212,7 +213,7 @@ class Coverage:
             partial = np.subtract(part, start, out=start)  # ns of that interval before t, up to its length
             np.clip(partial, 0, length, out=partial)
             np.add(cum[prev], partial, out=result[at])
-        for_blocks(block, (slice(lo, lo + QUERY_BLOCK) for lo in range(0, times.size, QUERY_BLOCK)))
+        for_blocks(block, row_blocks(times.size, size=QUERY_BLOCK))
         return out
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -236,7 +237,7 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
     k = np.searchsorted(x.starts, t, side="right") - 1  # x's interval starting at or before the edge
     kk = np.maximum(k, 0)
     y.total  # noqa: B018 (y's prefix sums, made here once: the blocks below query y on two threads)
-    whole = _prefix_sums_at(lambda lo, hi: y.covered_before(x.ends[lo:hi]) - y.covered_before(x.starts[lo:hi]),
+    whole = _prefix_sums_at(lambda rows: y.covered_before(x.ends[rows]) - y.covered_before(x.starts[rows]),
                             len(x), kk)  # |x ∩ y| over x's intervals before kk
     partial = y.covered_before(np.minimum(t, x.ends[kk])) - y.covered_before(x.starts[kk])
     before = np.where(k >= 0, whole + partial, 0)  # |x ∩ y ∩ (-inf, t)|
@@ -245,12 +246,13 @@ def intersection_within(x: Coverage, y: Coverage, a: np.ndarray, b: np.ndarray) 
 
 def _prefix_sums_at(values_of, n: int, at: np.ndarray) -> np.ndarray:
     """Exclusive prefix sums values[0] + … + values[k - 1] of ``n`` values at the positions k (0 ≤ k ≤ n) in
-    ``at``; ``values_of(lo, hi)`` gives values lo..hi-1, a block at a time (nothing of size n is kept), two
-    blocks side by side (threads.in_blocks: it is called from two threads at once)."""
+    ``at``; ``values_of(rows)`` gives the values of a slice of them, a block at a time (nothing of size n is
+    kept), two blocks side by side (threads.in_blocks: it is called from two threads at once)."""
     out = np.zeros(at.shape, dtype=np.int64)
     carry = 0
-    blocks = [(lo, min(lo + QUERY_BLOCK, n)) for lo in range(0, n, QUERY_BLOCK)]
-    for (lo, _), values in zip(blocks, in_blocks(lambda block: values_of(*block), blocks)):
+    blocks = list(row_blocks(n, size=QUERY_BLOCK))
+    for block, values in zip(blocks, in_blocks(values_of, blocks)):
+        lo = block.start
         inclusive = np.cumsum(values)
         here = (at >= lo) & (at < lo + values.size)
         j = at[here] - lo
@@ -274,7 +276,7 @@ def durations_in_windows(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b:
     if not is_sorted(starts):
         return sum_in_windows(starts, ends - starts, a, b)
     edges = np.searchsorted(starts, np.concatenate([np.ravel(a), np.ravel(b)]), side="left")
-    before = _prefix_sums_at(lambda lo, hi: ends[lo:hi] - starts[lo:hi], starts.size, edges)
+    before = _prefix_sums_at(lambda rows: ends[rows] - starts[rows], starts.size, edges)
     return (before[np.size(a):] - before[:np.size(a)]).reshape(np.shape(a))
 
 
