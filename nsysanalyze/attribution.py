@@ -53,7 +53,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import pandas as pd
@@ -157,7 +157,7 @@ class HostSources:
     primary thread makes an OS wait during GPU idle); ``cause_threads``: the globalTids whose OS calls can be
     causes; ``primary``: globalPid -> primary thread; ``launch_tids``: launching threads; ``runtime``: the
     classified CUDA calls during GPU idle (an OS call inside one is that call's); ``keep``/``keep_time``: the
-    OS-call tests of :func:`host_intervals`' ``os_calls``."""
+    OS-call tests of :func:`host_intervals`' ``os_calls`` (``keep`` None: none beyond ``keep_time``)."""
 
     parts: list
     helper: pd.DataFrame
@@ -165,7 +165,7 @@ class HostSources:
     primary: dict
     launch_tids: set
     runtime: pd.DataFrame
-    keep: Callable
+    keep: Callable | None
     keep_time: Callable
 
     @cached_property
@@ -198,10 +198,10 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); a caller that hands
     over its only reference lets the whole table go before the OS calls are read. ``os_calls(threads,
     keep, keep_time)`` (called once): the OS runtime calls (start, end, globalTid, name) on those threads
-    (globalTids) that ``keep`` (a chunk's start, end, globalTid arrays -> row mask) selects — asked only for the threads whose
-    calls can be causes (primary and launching threads of processes with GPU idle) and the calls overlapping
-    that idle, so the rest are never held; ``keep_time`` (start, end -> mask: overlap with any process's GPU
-    idle) is a test every kept call passes, which a reader may apply before it reads a call's thread;
+    (globalTids) that ``keep_time`` (start, end -> mask: overlap with any process's GPU idle; a reader may test
+    it before it reads a call's thread) and then ``keep`` (a chunk's start, end, globalTid arrays -> row mask;
+    None: every call) select — asked only for the threads whose calls can be causes (primary and launching
+    threads of processes with GPU idle) and the calls overlapping that idle, so the rest are never held;
     ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid,
     cpu_start, cpu_end), may be empty;
     ``mpi``: MPI calls (start, end, globalTid, name) of nsys' MPI trace: blocking calls (the host held by the
@@ -263,8 +263,10 @@ def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.Data
         labelled.append(_labelled(rows, pids, LAUNCH, _in_range(label, np.asarray(rows["start"]), pids, ranges)))
     if len(labelled[0]):
         parts.append(labelled[0])
-    return HostSources(parts, labelled[1], cause_threads, primary, launch_tids, runtime,
-                       lambda chunk: _during_idle(chunk, devices), lambda s, e: overlapping(s, e, *any_idle))
+    # a call overlapping the union is during its own process's idle when there is one process: nothing to ask then
+    keep = None if len(devices) == 1 else partial(_during_idle, devices=devices)
+    return HostSources(parts, labelled[1], cause_threads, primary, launch_tids, runtime, keep,
+                       lambda s, e: overlapping(s, e, *any_idle))
 
 
 def host_frame(sources: HostSources, osrt: pd.DataFrame) -> pd.DataFrame:

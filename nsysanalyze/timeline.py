@@ -146,9 +146,10 @@ def step_timeline(trace, report: dict) -> dict | None:
         ranges = pd.DataFrame({"globalPid": [pid] * (tid >= 0), "globalTid": [tid] * (tid >= 0),
                                "cpu_start": [c0] * (tid >= 0), "cpu_end": [c1] * (tid >= 0)})
         step_nvtx = nvtx[(pid_of(nvtx["globalTid"]) == pid) & (nvtx["start"] < c1) & (nvtx["end"] > c0)]
-        def os_calls(threads, keep, keep_time=None):  # the step's OS calls, as the analysis reads them (host_intervals)
+        def os_calls(threads, keep, keep_time):  # the step's OS calls, as the analysis reads them (host_intervals)
             mine = every_os[np.isin(every_os["globalTid"].to_numpy(), threads)]
-            return mine[keep(mine)]
+            mine = mine[keep_time(mine["start"].to_numpy(), mine["end"].to_numpy())]
+            return mine if keep is None else mine[keep(mine)]
         host = A.host_intervals(runtime, trace.api_names(), os_calls, step_nvtx, ranges, {pid: [(gs, ge)]})
         return A.interval_causes((pid, dev), gs, ge, host, A.sync_ends(runtime))
 

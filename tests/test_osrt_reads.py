@@ -49,14 +49,17 @@ def test_osrt_calls_by_thread_and_kept_chunk_by_chunk(tmp_path, monkeypatch, rea
 def test_munmap_and_attribution_calls_from_one_scan(tmp_path, monkeypatch, reader):
     """Unit test on a tiny trace built here (real nsys schema): ``osrt_and_named`` gives what the two reads give
     — every munmap call (on any thread, at any time) and the calls of ``threads`` that ``keep_time`` and ``keep``
-    select (a munmap among them in both) — in rowid order; the page reader decodes the page once."""
+    select (a munmap among them in both) — in rowid order; the page reader decodes the page once. ``keep`` is
+    asked only about the calls ``keep_time`` keeps: a call it alone would keep (140) or a munmap call after
+    ``keep_time``'s bound (160) is not among the selected calls."""
     use_reader(monkeypatch, reader)
     t = TinyTrace(tmp_path / "osrt.sqlite")
     t.process(100)
     main, helper = gtid(100, 1), gtid(100, 2)
     for start, end, tid, name in [(10, 20, main, "poll"), (30, 31, helper, "munmap"), (40, 45, main, "munmap"),
                                   (50, 60, main, "munmap"), (70, 71, main, "pthread_cond_signal"),
-                                  (80, 99, helper, "futex"), (100, 130, main, "read"), (140, 150, main, "read")]:
+                                  (80, 99, helper, "futex"), (100, 130, main, "read"), (140, 150, main, "read"),
+                                  (160, 170, main, "munmap")]:
         t.osrt(start, end, tid, name)
     path = t.close()
     decoded = []
@@ -72,13 +75,13 @@ def test_munmap_and_attribution_calls_from_one_scan(tmp_path, monkeypatch, reade
         return s < 135
 
     def longer_than_5(cols):
-        return (cols["end"] - cols["start"] > 5) & before_135(cols["start"], cols["end"])
+        return cols["end"] - cols["start"] > 5
 
     with Trace(path) as trace:
         munmap, calls = trace.osrt_and_named(("munmap",), [main], longer_than_5, before_135)
         fused = len(decoded)
         alone = trace.osrt(("munmap",)), trace.osrt(None, threads=[main], keep=longer_than_5, keep_time=before_135)
-    assert munmap["start"].tolist() == [30, 40, 50] and munmap["globalTid"].tolist() == [helper, main, main]
+    assert munmap["start"].tolist() == [30, 40, 50, 160] and munmap["globalTid"].tolist() == [helper, main, main, main]
     assert calls["start"].tolist() == [10, 50, 100] and calls["name"].astype(str).tolist() == ["poll", "munmap", "read"]
     for got, expected in zip((munmap, calls), alone):
         pd.testing.assert_frame_equal(got, expected)

@@ -125,8 +125,8 @@ class Trace:
 
     def osrt(self, names: tuple[str, ...] | None = ("munmap",), threads=None, keep=None, keep_time=None) -> pd.DataFrame:
         """OS runtime calls (start, end, globalTid, name) with these names (None: every call), on ``threads``
-        (globalTids; None: every thread), those ``keep`` selects chunk by chunk (``keep_time``: a test on start
-        and end that each of them passes; :func:`tables.osrt_calls`)."""
+        (globalTids; None: every thread), those ``keep_time`` (a test on start and end) and then ``keep`` (chunk
+        by chunk) select (:func:`tables.osrt_calls`)."""
         return tables.osrt_calls(self.conn, self.schema, names, threads, keep, keep_time)
 
     def osrt_and_named(self, names: tuple[str, ...], threads, keep=None, keep_time=None,

@@ -150,11 +150,11 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     column that differs in a chunk is sent as text from that chunk on. A steady column that holds one value in
     every row comes back as a read-only broadcast view of that value (no memory: 4 or 8 bytes a row saved).
     ``keep`` (columns of one chunk by name -> mask of the rows to keep) filters each chunk as it arrives, so
-    only the kept rows are ever held together. ``early`` (columns, test: their arrays -> row mask), with
-    ``keep``: a condition every row ``keep`` keeps meets, on those columns alone (plain columns that ``where``
-    keeps from NULL, e.g. start and end); the page reader tests it before it decodes a row's other columns
-    (the SQL reader needs none: ``keep`` decides). ``rowids`` (lo, hi) reads only the rows with
-    lo <= rowid < hi.
+    only the kept rows are ever held together. ``early`` (columns, test: their arrays -> row mask): a test on
+    those columns alone (plain columns that ``where`` keeps from NULL, e.g. start and end) that comes first:
+    ``keep`` is asked only about the rows it keeps (its answer for the others does not matter). The page
+    reader tests it before it decodes a row's other columns; else it is tested with ``keep``, on each chunk.
+    ``rowids`` (lo, hi) reads only the rows with lo <= rowid < hi.
     """
     names = list(exprs)
     sql_where = where.sql if isinstance(where, Where) else where
@@ -163,6 +163,7 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     if not COLUMNAR:
         frame = fetch_int_frame(conn, f'SELECT {", ".join(exprs.values())} FROM "{table}" WHERE {sql_where}', names,
                                 f'SELECT count(*) FROM "{table}" WHERE {sql_where}', table)
+        keep = _after(early, keep)
         if keep is not None:
             frame = frame[keep({name: frame[name].to_numpy() for name in names})].reset_index(drop=True)
         check_summable(frame, table)
@@ -177,7 +178,8 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     if plan is not None:
         try:
             chunks = _PageChunks(plan, names, where, steady, rowids, early)
-            columns = chunks.read(capacity, small, keep, workers, table)
+            columns = chunks.read(capacity, small, keep if chunks.early is not None else _after(early, keep), workers,
+                                  table)
         except pages.Unsupported:
             columns = None
         finally:
@@ -188,7 +190,21 @@ def fetch_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str], w
     scopes = ([f"rowid >= {a} AND rowid < {min(a + chunk_rows, hi + 1)} AND " for a in range(lo, hi + 1, chunk_rows)]
               if sized else [""])
     sql = _SqlChunks(conn, table, exprs, sql_where, scopes, steady, lo is not None)
-    return _checked_frame(sql.read(capacity, small, keep, workers), table)
+    return _checked_frame(sql.read(capacity, small, _after(early, keep), workers), table)
+
+
+def _after(early: tuple[tuple[str, ...], Callable[..., np.ndarray]] | None,
+           keep: Callable[[dict[str, np.ndarray]], np.ndarray] | None) -> Callable[[dict[str, np.ndarray]], np.ndarray] | None:
+    """:func:`fetch_columns`' ``keep`` as one test of a chunk, ``early``'s included (for a reader that has not
+    tested ``early`` already)."""
+    if early is None:
+        return keep
+    columns, test = early
+
+    def both(chunk: dict[str, np.ndarray]) -> np.ndarray:
+        rows = test(*(chunk[c] for c in columns))
+        return rows & keep(chunk) if keep is not None else rows
+    return both
 
 
 def rowid_ends(conn: sqlite3.Connection, table: str) -> tuple[int | None, int | None]:
@@ -710,9 +726,10 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
                rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """OS runtime calls with the given names (e.g. munmap; None: every call): start, end, globalTid, name
     (categorical: a trace's millions of calls have a few dozen names). ``threads`` (globalTids) keeps only
-    the calls of those threads (in SQL); ``keep`` (start, end, globalTid arrays of a chunk -> row mask) filters
-    each chunk as it is read, ``keep_time`` (start, end -> row mask: a test every kept call passes) before a
-    call's other columns are decoded (:func:`fetch_columns`), so only the kept calls are ever held; ``rowids``
+    the calls of those threads (in SQL); ``keep_time`` (start, end -> row mask) keeps calls before their other
+    columns are decoded, and ``keep`` (start, end, globalTid arrays of a chunk -> row mask; asked only about the
+    calls ``keep_time`` keeps) filters each chunk as it is read (:func:`fetch_columns`), so only the kept calls
+    are ever held; ``rowids``
     (lo, hi): only the rows lo <= rowid < hi. Read column-wise; the names once per distinct nameId; calls
     whose nameId has no string are left out."""
     if not _has_osrt(schema):
@@ -752,7 +769,7 @@ def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[
                 osrt_calls(conn, schema, None, threads, keep, keep_time, rowids))
     named_ids, tids = np.asarray(ids, dtype=np.int64), np.asarray(_ids(threads), dtype=np.int64)
 
-    def selected(rows: dict[str, np.ndarray]) -> np.ndarray:
+    def selected(rows: dict[str, np.ndarray]) -> np.ndarray:  # of the rows keep_time keeps
         mask = np.isin(rows["globalTid"], tids)
         return mask & keep(rows) if keep is not None else mask
 
@@ -766,7 +783,9 @@ def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[
     named_rows = np.flatnonzero(is_named)
     mask = ~is_named  # every call kept without a name was selected: only the named ones are tested again
     del is_named
-    mask[named_rows] = selected({c: v[named_rows] for c, v in columns.items()})
+    named_columns = {c: v[named_rows] for c, v in columns.items()}
+    mask[named_rows] = selected(named_columns) & (keep_time(named_columns["start"], named_columns["end"])
+                                                  if keep_time is not None else True)
     selected_rows = None if mask.all() else np.flatnonzero(mask)
     del mask
     named, chosen = {}, {}
