@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUN_WITH_READER = ("import sys; from nsysanalyze.trace import tables; tables.PAGES = sys.argv[1] == 'pages'; "
                    "tables.WORKERS = int(sys.argv[2]); sys.argv = ['nsysanalyze'] + sys.argv[3:]; "
-                   "from nsysanalyze.cli import main; main()")
+                   "from nsysanalyze.cli import program; program()")
 
 
 def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import fixture_trace
 
 
@@ -42,3 +43,18 @@ def test_several_rank_files_give_a_cross_rank_view():
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert len(d["traces"]) == 2 and "ranks" in d
+
+
+@pytest.mark.parametrize("args", [("diagnose", "--example", "--format", "json"), ("diagnose", "--example"),
+                                  ("summary", "no-such-export.sqlite"),
+                                  ("diagnose", "--format", "json", "--jobs", "2",
+                                   fixture_trace("vit_l32_2gpu_ddp_0.sqlite"), fixture_trace("vit_l32_2gpu_ddp_1.sqlite"))])
+def test_the_command_ends_at_once_with_everything_written(args):
+    """``python -m nsysanalyze`` ends its process as soon as its output is flushed (``cli.program``: no
+    interpreter teardown): the same stdout, stderr and status as ``main()`` ending through the interpreter's
+    normal exit — a report, the terminal view, a bad input, and two jobs' worker processes."""
+    fast = run(*args)
+    normal = subprocess.run([sys.executable, "-c", "import sys; from nsysanalyze.cli import main; main(sys.argv[1:])",
+                             *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert fast.stdout + fast.stderr and (fast.returncode, fast.stdout, fast.stderr) == (normal.returncode, normal.stdout,
+                                                                                         normal.stderr)
