@@ -132,8 +132,8 @@ def _compact(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
     read before anything is written past its start, so nothing unread is overwritten. A view when most
     rows are kept, else a copy (so the rest of the array is freed)."""
     k = 0
-    for lo in range(0, values.size, BLOCK):
-        part = values[lo:lo + BLOCK][keep[lo:lo + BLOCK]]
+    for r in row_blocks(values.size):
+        part = values[r][keep[r]]
         values[k:k + part.size] = part
         k += part.size
     return values[:k] if 4 * k >= 3 * values.size else values[:k].copy()
@@ -171,10 +171,9 @@ class Coverage:
         coverage only used for its intervals (8 bytes an interval), a block of lengths at a time."""
         n = self.starts.size
         cum = np.zeros(n + 1, dtype=np.int64)
-        for lo in range(0, n, BLOCK):
-            hi = min(lo + BLOCK, n)
-            np.cumsum(self.ends[lo:hi] - self.starts[lo:hi], out=cum[lo + 1:hi + 1])
-            cum[lo + 1:hi + 1] += cum[lo]
+        for r in row_blocks(n):
+            np.cumsum(self.ends[r] - self.starts[r], out=cum[r.start + 1:r.stop + 1])
+            cum[r.start + 1:r.stop + 1] += cum[r.start]
         return cum
 
     @classmethod

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .intervals import (BLOCK, Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
+from .intervals import (Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
                         lanes_per_batch, row_blocks, searchsorted_sorted)
 from .threads import for_blocks, in_blocks
 from .trace.tables import pid_of
@@ -382,8 +382,8 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
         order = np.argsort(r_start[sel] + shift, kind="stable")
         sel, shift = sel[order], shift[order]
         starts, ends, labels = r_start[sel] + shift, r_end[sel] + shift, ranges.index.to_numpy()[sel]
-        for lo_t in range(0, times.size, BLOCK):
-            key_t, t = tids[lo_t:lo_t + BLOCK], times[lo_t:lo_t + BLOCK]
+        for r in row_blocks(times.size):
+            key_t, t = tids[r], times[r]
             if batch.size == 1:
                 on = key_t == batch[0]
                 on = None if on.all() else np.flatnonzero(on)  # None: every time (one thread or process)
@@ -397,7 +397,7 @@ def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame,
             k = search(starts, t, side="right") - 1
             inside = (k >= 0) & (t <= ends[np.maximum(k, 0)])
             rows = np.flatnonzero(inside)
-            out[lo_t + (rows if on is None else on[rows])] = labels[k[rows]]
+            out[r.start + (rows if on is None else on[rows])] = labels[k[rows]]
     return out
 
 
@@ -432,7 +432,7 @@ def rows_by_process(global_ids: np.ndarray, of_tid: bool) -> list[tuple[int, np.
         return []
     first = int(pid_of(global_ids[:1])[0]) if of_tid else int(global_ids[0])
     one = all(bool(((pid_of(b) if of_tid else b) == first).all())
-              for b in (global_ids[lo:lo + BLOCK] for lo in range(0, global_ids.size, BLOCK)))
+              for b in (global_ids[r] for r in row_blocks(global_ids.size)))
     if one:
         return [(first, None)]
     return [(pid, idx) for (pid,), idx in group_indices(pid_of(global_ids) if of_tid else global_ids)]

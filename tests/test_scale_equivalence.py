@@ -148,7 +148,7 @@ def test_row_blocks_on_threads_change_nothing(repeated, repeated_two_processes, 
     for path in (repeated, repeated_two_processes):
         expected = fast(path)
         with monkeypatch.context() as m:
-            for module in (I, A, S):  # metrics takes its blocks from intervals.row_blocks
+            for module in (I, A):  # metrics and steps take their blocks from intervals.row_blocks
                 m.setattr(module, "BLOCK", 512)
             m.setattr(I, "QUERY_BLOCK", 256)
             m.setattr(threads, "THREADS", 2)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .contract import FORMAT_VERSION
+from ..intervals import row_blocks
 from ..trace_events import FileEvents, event_count
 from .format import headlines
 
@@ -128,6 +129,6 @@ def write(path: Path, files: list[FileEvents], reports: list[dict], shifts: list
                 tid = tids[t.process] = tids.get(t.process, 0) + 1
                 emit([meta_line(pid, tid, "thread_name", {"name": t.name}),
                       meta_line(pid, tid, "thread_sort_index", {"sort_index": tid})])
-                for lo in range(0, len(t.events), BLOCK):
-                    emit(event_lines(t.events.iloc[lo:lo + BLOCK], pid, tid, t.args).tolist())
+                for r in row_blocks(len(t.events), size=BLOCK):
+                    emit(event_lines(t.events.iloc[r], pid, tid, t.args).tolist())
         out.write("\n]}\n")
