@@ -626,6 +626,9 @@ def main(argv: list[str] | None = None) -> None:
     except ClosedPipe as e:  # the reader (| head) went away: quiet, with the status the command had decided
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches it, not even at exit
         rc = e.status
+    except OSError as e:  # what the command read or wrote failed at the OS (a full disk): one line, status 2
+        say_error(e)
+        rc = 2
     except SystemExit as e:
         rc = e.code
     finally:
@@ -653,6 +656,19 @@ def program() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # the reader went away after the last write, or the stream is closed
+        except BrokenPipeError:  # the reader went away after the last write: quiet, as main's ClosedPipe
+            pass
+        except OSError as e:  # what was left could not be written (a full disk): not a success
+            say_error(e, "the output could not be written: ")
+            status = status or 2
+        except ValueError:  # a closed stream: nothing left to write
             pass
     os._exit(status)
+
+
+def say_error(error: OSError, what: str = "") -> None:
+    """One line on stderr for an OS error (nothing more when stderr cannot be written either)."""
+    try:
+        print(f"nsysanalyze: error: {what}{printable(error)}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -1,5 +1,6 @@
 """The CLI as a user runs it: the bundled example, the three formats, several files."""
 import json
+import os
 import subprocess
 import sys
 
@@ -58,3 +59,14 @@ def test_the_command_ends_at_once_with_everything_written(args):
                              *map(str, args)], capture_output=True, text=True, timeout=300)
     assert fast.stdout + fast.stderr and (fast.returncode, fast.stdout, fast.stderr) == (normal.returncode, normal.stdout,
                                                                                          normal.stderr)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("fmt", ["json", "text", "markdown"])
+def test_an_output_that_cannot_be_written_is_one_line_and_status_2(fmt):
+    """stdout on a full disk (/dev/full): one line on stderr and status 2, never a traceback nor a success."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "nsysanalyze", "diagnose", "--example", "--format", fmt],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("nsysanalyze: error:") and "No space left" in proc.stderr
