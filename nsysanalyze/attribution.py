@@ -60,7 +60,7 @@ import pandas as pd
 
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, key_groups,
                         lanes_per_batch, median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted,
-                        union_of, unique_sorted)
+                        union, union_of, unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process
 from .threads import for_blocks, in_blocks, ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
@@ -863,16 +863,42 @@ def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.
     cause = np.full(bounds.size, -1, dtype=np.int64)
     todo = None  # the bounds no level has claimed yet (None: every bound)
     for lv, starts, ends, codes in taking:  # a bound keeps the first level that claims it
-        lab = _active_label(starts, ends, codes, bounds if todo is None else bounds[todo])
-        hit = lab >= 0
-        claimed = np.flatnonzero(hit) if todo is None else todo[hit]
+        asking = bounds.size if todo is None else todo.size
+        inside = _bounds_inside(bounds, starts, ends, asking // 4)
+        if inside is None:  # the level is asked about every unclaimed bound
+            lab = _active_label(starts, ends, codes, bounds if todo is None else bounds[todo])
+            hit = lab >= 0
+            claimed = np.flatnonzero(hit) if todo is None else todo[hit]
+            todo = np.flatnonzero(~hit) if todo is None else todo[~hit]
+        else:  # only about the unclaimed bounds inside its intervals: elsewhere it has no label
+            at = None
+            if todo is not None:
+                at = np.minimum(np.searchsorted(todo, inside), todo.size - 1)
+                unclaimed = todo[at] == inside
+                inside, at = inside[unclaimed], at[unclaimed]
+            lab = _active_label(starts, ends, codes, bounds[inside])
+            hit = lab >= 0
+            claimed = inside[hit]
+            todo = np.delete(np.arange(bounds.size) if todo is None else todo, claimed if at is None else at[hit])
         level[claimed], cause[claimed] = lv, lab[hit]
-        todo = np.flatnonzero(~hit) if todo is None else todo[~hit]
         if not todo.size:
             break
     labels, label = dense_codes(level * (n_causes + 2) + cause + 1, len(LEVELS) * (n_causes + 2))
     level_of, cause_of = np.divmod(labels, n_causes + 2)
     return {"bounds": bounds, "label": label, "level": level_of, "cause": cause_of - 1}
+
+
+def _bounds_inside(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray, limit: int) -> np.ndarray | None:
+    """Positions (sorted) of the ``bounds`` (sorted, ns) inside one of the intervals [starts, ends) (starts
+    sorted), the only bounds where :func:`_active_label` can find a label; None when the intervals are not few
+    (more than ``limit`` / 4 of them) or hold more than ``limit`` bounds (then asking every bound is cheaper)."""
+    if 4 * starts.size > limit:
+        return None
+    span_starts, span_ends = union(starts, ends)
+    first, stop = np.searchsorted(bounds, span_starts), np.searchsorted(bounds, span_ends)
+    if int((stop - first).sum()) > limit:
+        return None
+    return _expand(np.arange(first.size), first, stop - first)[1]
 
 
 def _label_sums(x: np.ndarray, y: np.ndarray, bounds: np.ndarray, label: np.ndarray,

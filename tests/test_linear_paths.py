@@ -576,6 +576,53 @@ def test_active_label_follows_its_definition(ends_never_fall):
     np.testing.assert_array_equal(A._active_label(starts, ends, labels, t), want)
 
 
+
+def _label_at(starts: np.ndarray, ends: np.ndarray, causes: np.ndarray, t: int) -> int | None:
+    """The cause of one level's intervals (in start order) at t, by _active_label's definition; None: no label."""
+    started = np.flatnonzero(starts <= t)
+    if not started.size:
+        return None
+    latest, furthest = started[-1], started[np.argmax(ends[started])]
+    if ends[latest] > t:
+        return int(causes[latest])
+    return int(causes[furthest]) if ends[furthest] > t else None
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_cause_timeline_follows_its_definition(seed):
+    """_cause_timeline on generated host intervals (a unit test: no trace) against its definition, one bound at a
+    time: the highest-precedence level that has a label there (_active_label's rule within the level), else
+    untraced. Levels of few intervals among many bounds (asked only about the bounds inside them: cuda_blocking
+    first, launch and os_wait after the many OS calls) and levels asked about every unclaimed bound (the OS
+    calls, the NVTX ranges)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for level, n, longest in [(A.BLOCKING, 30, 400), (A.OS_ACTIVE, 3000, 40), (A.LAUNCH, 60, 30), (A.WAIT, 8, 3000),
+                              (A.RANGE, 20, 20_000)]:
+        start = rng.integers(0, 100_000, n)
+        parts.append(pd.DataFrame({"start": start, "end": start + rng.integers(0, longest, n), "globalPid": 1,
+                                   "level": np.int8(level), "cause": rng.choice(list("abcdef"), n)}))
+    host = pd.concat(parts, ignore_index=True)
+    host = host.sort_values("start", kind="stable").reset_index(drop=True)
+    host["cause"] = pd.Categorical(host["cause"])
+    calls = A._lane_calls(host, np.array([1]), np.zeros(1, np.int64))
+    a, b = 5_000, 95_000
+    timeline = A._cause_timeline(calls, a, b, len(host["cause"].cat.categories))
+    bounds, label = timeline["bounds"], timeline["label"]
+    level_of, cause_of = timeline["level"][label], timeline["cause"][label]
+    codes, checked = host["cause"].cat.codes.to_numpy(), 0
+    for j in np.flatnonzero((bounds >= a) & (bounds < b)):
+        want = (len(A.LEVELS) - 1, -1)
+        for level in range(len(A.LEVELS) - 1):
+            mine = (host["level"] == level).to_numpy()
+            found = _label_at(host["start"].to_numpy()[mine], host["end"].to_numpy()[mine], codes[mine], bounds[j])
+            if found is not None:
+                want = (level, found)
+                break
+        assert (level_of[j], cause_of[j]) == want, (j, bounds[j])
+        checked += 1
+    assert checked > 5000 and len(set(level_of.tolist())) == 6  # every level, untraced too, holds some bound
+
 def test_idle_gap_metrics_cut_at_each_frames_span():
     """idle_gap_metrics against its definition (a unit test on generated intervals: no trace): per frame and
     device, the idle cut to the span of the frame's windows (a copy with its edge intervals cut), then per
