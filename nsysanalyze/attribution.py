@@ -61,7 +61,7 @@ import pandas as pd
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, key_groups,
                         lanes_per_batch, median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted,
                         union, union_of, unique_sorted)
-from .steps import group_name, per_distinct, rows_by_process
+from .steps import group_name, per_distinct, rows_by_process, steady_frame
 from .threads import for_blocks, in_blocks, ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
 
@@ -1131,8 +1131,7 @@ def summary_parts(gaps: pd.DataFrame, steady_steps: dict[tuple[int, int], list[i
     tagged = gaps.assign(before_launch_ns=np.where(gaps["before_launch"], ns, 0),
                          after_sync_ns=np.where(gaps["after_sync"], ns, 0), short_gap_ns=np.where(gaps["short_gap"], ns, 0),
                          short_after_sync_ns=np.where(gaps["short_gap"] & gaps["after_sync"], ns, 0))
-    chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
-                          columns=[*DEVICE, "step"], dtype=np.int64)
+    chosen = steady_frame(steady_steps)
     device = pd.MultiIndex.from_frame(gaps[DEVICE])
     stepped = device.isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
     in_steps = pd.MultiIndex.from_frame(gaps[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))

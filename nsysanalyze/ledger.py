@@ -27,6 +27,7 @@ import pandas as pd
 
 from .intervals import key_groups, median_per_group
 from .metrics import BUSY_CLASSES
+from .steps import steady_frame
 
 DEVICE = ["globalPid", "deviceId"]
 ROW_KEYS = ["kind", "what", "cause", "before_launch", "after_sync", "short_gap"]
@@ -75,8 +76,7 @@ def scope_rows(rows: pd.DataFrame, steady_steps: dict[tuple[int, int], list[int]
     out: dict[tuple[int, int], pd.DataFrame] = {}
     if rows.empty:
         return out
-    chosen = pd.DataFrame([(p, d, s) for (p, d), steps in steady_steps.items() for s in steps],
-                          columns=[*DEVICE, "step"], dtype=np.int64)
+    chosen = steady_frame(steady_steps)
     stepped = pd.MultiIndex.from_frame(rows[DEVICE]).isin(pd.MultiIndex.from_frame(chosen[DEVICE]))
     in_steps = (rows["window"] == "step").to_numpy() & pd.MultiIndex.from_frame(
         rows[[*DEVICE, "step"]]).isin(pd.MultiIndex.from_frame(chosen))

@@ -426,6 +426,16 @@ def _first_call_steps(corr: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, n
     return corr[first], step[first]
 
 
+def steady_frame(steady_steps: dict[tuple[int, int], list[int]]) -> pd.DataFrame:
+    """The steady steps (per (globalPid, deviceId): their step numbers) as rows globalPid, deviceId, step (int64),
+    in the dict's order."""
+    counts = [len(steps) for steps in steady_steps.values()]
+    keys = np.array(list(steady_steps), dtype=np.int64).reshape(-1, 2)
+    steps = [np.asarray(s, dtype=np.int64) for s in steady_steps.values()]
+    return pd.DataFrame({"globalPid": np.repeat(keys[:, 0], counts), "deviceId": np.repeat(keys[:, 1], counts),
+                         "step": np.concatenate(steps) if steps else np.empty(0, np.int64)})
+
+
 def rows_by_process(global_ids: np.ndarray, of_tid: bool) -> list[tuple[int, np.ndarray | None]]:
     """Rows per process of globalTids (``of_tid``) or globalPids: (globalPid, indices or None for all rows)."""
     if global_ids.size == 0:
