@@ -615,20 +615,17 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as e:
         rc = e.exit_code
     except click.exceptions.Abort:
-        click.echo("nsysanalyze: aborted", err=True)
+        say("nsysanalyze: aborted")
         rc = 130
     except click.UsageError as e:
-        click.echo(f"nsysanalyze: error: {printable(e.format_message())} (see --help)", err=True)
+        say(f"nsysanalyze: error: {printable(e.format_message())} (see --help)")
         rc = 2
-    except InputError as e:
-        click.echo(f"nsysanalyze: error: {printable(e)}", err=True)
+    except (InputError, OSError) as e:  # OSError: what the command read or wrote failed at the OS (a full disk)
+        say(f"nsysanalyze: error: {printable(e)}")
         rc = 2
     except ClosedPipe as e:  # the reader (| head) went away: quiet, with the status the command had decided
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more reaches it, not even at exit
         rc = e.status
-    except OSError as e:  # what the command read or wrote failed at the OS (a full disk): one line, status 2
-        say_error(e)
-        rc = 2
     except SystemExit as e:
         rc = e.code
     finally:
@@ -653,22 +650,24 @@ def program() -> None:
     elif not isinstance(status, int):
         print(status, file=sys.stderr)
         status = 1
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr):  # None: closed when the process started (>&-): nothing to flush
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except BrokenPipeError:  # the reader went away after the last write: quiet, as main's ClosedPipe
             pass
         except OSError as e:  # what was left could not be written (a full disk): not a success
-            say_error(e, "the output could not be written: ")
+            say(f"nsysanalyze: error: the output could not be written: {printable(e)}")
             status = status or 2
         except ValueError:  # a closed stream: nothing left to write
             pass
     os._exit(status)
 
 
-def say_error(error: OSError, what: str = "") -> None:
-    """One line on stderr for an OS error (nothing more when stderr cannot be written either)."""
+def say(line: str) -> None:
+    """One line on stderr; nothing when stderr cannot be written (closed, on a full disk): the exit status still
+    tells."""
     try:
-        print(f"nsysanalyze: error: {what}{printable(error)}", file=sys.stderr, flush=True)
+        click.echo(line, err=True)
     except (OSError, ValueError):
         pass

@@ -70,3 +70,16 @@ def test_an_output_that_cannot_be_written_is_one_line_and_status_2(fmt):
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("nsysanalyze: error:") and "No space left" in proc.stderr
+
+
+@pytest.mark.parametrize("args, closed, status", [(("summary", "no-such-export.sqlite"), 2, 2),
+                                                  (("diagnose", "--example", "--format", "json"), 1, 0)])
+def test_a_stream_closed_before_the_start_keeps_the_status(args, closed, status):
+    """stderr closed (``2>&-``): a bad input still exits 2 (its line has nowhere to go), not 1 from a
+    traceback that cannot be printed; stdout closed (``>&-``): the report goes nowhere and the run succeeds,
+    never a traceback about the closed stream."""
+    proc = subprocess.run([sys.executable, "-m", "nsysanalyze", *args], stdout=subprocess.PIPE if closed == 2 else None,
+                          stderr=subprocess.PIPE if closed == 1 else None, timeout=300,
+                          preexec_fn=lambda: os.close(closed))
+    assert proc.returncode == status
+    assert b"Traceback" not in (proc.stdout or b"") + (proc.stderr or b"")
