@@ -497,15 +497,14 @@ def _joined_block(part: dict[str, np.ndarray], block: slice, calls: dict[int, li
     for pid, idx in rows_by_process(gpid, of_tid=False):
         step = _launching_step(calls.get(pid, []), corr if idx is None else corr[idx])
         rows = np.arange(block.start, block.start + gpid.size) if idx is None else block.start + idx
-
-        def pick(c: str, which: np.ndarray) -> np.ndarray:
-            return part[c][rows[which]]
         hit = np.flatnonzero(step >= 0)
         if hit.size:
-            extents.append(_step_device_extent(step[hit], pick("deviceId", hit), pick("start", hit), pick("end", hit)))
+            at = rows[hit]
+            extents.append(_step_device_extent(step[hit], part["deviceId"][at], part["start"][at], part["end"][at]))
         none = np.flatnonzero(step == -2)
         if none.size:
-            missing.append(pd.DataFrame({"globalPid": pick("globalPid", none), "correlationId": pick("correlationId", none)}))
+            at = rows[none]
+            missing.append(pd.DataFrame({"globalPid": part["globalPid"][at], "correlationId": part["correlationId"][at]}))
     return extents, missing
 
 
