@@ -441,10 +441,9 @@ def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, 
         keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
         start, end = gap_start[keep], gap_end[keep]
         del at, s, e, gap_start, gap_end, keep  # the thread's launches are done with before the idle test
-        during = _during_idle(_thread_gaps(start, end, thread), devices)
-        if not during.all():
-            start, end = start[during], end[during]
-        parts.append(_thread_gaps(start, end, thread))
+        gaps = _thread_gaps(start, end, thread)
+        during = _during_idle(gaps, devices)
+        parts.append(gaps if during.all() else _thread_gaps(start[during], end[during], thread))
     if len(parts) == 1:
         return pd.DataFrame(parts[0], copy=False)
     return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
