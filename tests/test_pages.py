@@ -194,6 +194,36 @@ def test_a_time_test_before_the_other_columns_keeps_the_same_rows(monkeypatch, r
     assert all(early for early, _ in decoded) and 0 < len(alone) < sum(n for _, n in decoded) < read_alone / 2
 
 
+@pytest.mark.parametrize("one_width", [False, True])
+def test_columns_between_the_tested_ones_are_gathered_for_the_kept_rows(tmp_path, monkeypatch, one_width):
+    """Unit test on a file built here: an early test on start and tag (the first and last columns) keeps about
+    half of 5,000 rows; "end" and value, which lie between them and the test does not read, are decoded for the
+    kept rows only (their positions noted on the way). With values of every width and NULLs (COALESCE default),
+    or all of one width, the page reader gives SQL's rows and values."""
+    n = 5000
+    rows = [(i, i + (i % 300), 1000 + i if one_width else (None if i % 17 == 5 else EXTREMES[i % len(EXTREMES)]),
+             i % 7) for i in range(n)]
+    conn = tiny_table(tmp_path, rows, extra=", tag INTEGER")
+    exprs = {"start": "start", "end": '"end"', "value": 'COALESCE("value", -7)', "tag": "tag"}
+    where = tables.Where(not_null=("end", "start", "tag"))
+    early = (("start", "tag"), lambda start, tag: (start % 3 == 0) | (tag == 2))
+    decoded = []
+    decode = pages.TablePages.decode
+
+    def recording(self, numbers, fields, rowids=None, early=None):
+        decoded.append(early)
+        return decode(self, numbers, fields, rowids, early)
+
+    monkeypatch.setattr(pages.TablePages, "decode", recording)
+    got = tables.fetch_columns(conn, "t", exprs, where, early=early)
+    monkeypatch.setattr(tables, "PAGES", False)
+    expected = tables.fetch_columns(conn, "t", exprs, where, early=early)
+    pd.testing.assert_frame_equal(got, expected)
+    kept = [(s, e, -7 if v is None else v, t) for s, e, v, t in rows if s % 3 == 0 or t == 2]
+    assert got.to_numpy().tolist() == [list(r) for r in kept] and 2000 < len(kept) < 3000
+    assert decoded and all(e is not None and e[0] == (0, 3) for e in decoded)  # the page reader tested early
+
+
 def test_a_filter_by_ids_and_constant_expressions(tmp_path):
     """Unit test on a file built here: ``within`` keeps the rows whose value is among the ids (a NULL never is),
     an empty id list keeps none, and a constant expression is that integer in every row."""

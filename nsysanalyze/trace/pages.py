@@ -191,6 +191,8 @@ class TablePages:
         buf[-9] = 1
         got: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         test_after = max(early[0]) if early is not None else -1
+        # asked fields before the test's last that it does not read: gathered after it, for its rows only
+        later = {f: None for f in fields if f < test_after and f not in early[0]} if early is not None else {}
         lanes = None  # per field of this header word: its serial type where every row has the same one (:func:`_lanes`)
         for j in range(need):
             lane = (j + 1) % 8  # field j's serial type: header byte j + 1
@@ -212,20 +214,17 @@ class TablePages:
                 if high >= 0x80:
                     raise Unsupported("multi-byte serial type")
             if low == high:  # one serial type in every row: scalar size and shift
-                size = int(SERIAL_SIZE[low])
-                if j in fields:
-                    if not INTEGER_TYPE[low]:
-                        raise Unsupported("not an integer")
-                    value = (_shifted(words, offset, VALUE_SHIFT[low]) if size else
-                             np.broadcast_to(np.int64(low == 9), offset.shape))
-                    got[j] = value, (np.broadcast_to(np.True_, offset.shape) if low == 0 else None)
+                size, kind = int(SERIAL_SIZE[low]), low
+                if j in fields and not INTEGER_TYPE[low]:
+                    raise Unsupported("not an integer")
             else:
                 if j in fields and not INTEGER_TYPE[kind].all():
                     raise Unsupported("not an integer")
                 size = SERIAL_SIZE[kind]
-                if j in fields:
-                    at = np.where(size > 0, offset, np.where(kind == 9, one, zero))
-                    got[j] = _shifted(words, at, VALUE_SHIFT[kind]), kind == 0
+            if j in later:  # its values only for the rows the test keeps: where they are, for then
+                later[j] = offset.copy(), kind
+            elif j in fields:
+                got[j] = _values(words, offset, kind, size, one, zero)
             offset += size
             if j == test_after:  # the rest only for the rows the test (and the rowid range) keeps
                 rows = early[1](*(got[f][0] for f in early[0]))
@@ -233,11 +232,27 @@ class TablePages:
                 inside = None
                 record, record_end, offset, types = record[rows], record_end[rows], offset[rows], types[rows]
                 got = _rows_of(got, rows)
+                for f, (at, kind) in later.items():
+                    kind = kind if isinstance(kind, int) else kind[rows]
+                    got[f] = _values(words, at[rows], kind, int(SERIAL_SIZE[kind]) if isinstance(kind, int)
+                                     else SERIAL_SIZE[kind], one, zero)
         if (offset > record_end).any():
             raise Unsupported("a field past its record")
         if inside is not None:
             got = _rows_of(got, np.flatnonzero(inside))
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
+
+
+def _values(words: np.ndarray, offset: np.ndarray, kind, size, one: int, zero: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """One integer field's values at ``offset`` (per row) and its NULL mask (None: none is NULL); ``kind``, ``size``:
+    its serial type and size in bytes, one for every row (ints) or per row (arrays); ``one``, ``zero``: where the
+    padding holds the big-endian words 1 and 0 (types 8 and 9 and NULL store no bytes)."""
+    if isinstance(kind, int):
+        value = (_shifted(words, offset, VALUE_SHIFT[kind]) if size else
+                 np.broadcast_to(np.int64(kind == 9), offset.shape))
+        return value, (np.broadcast_to(np.True_, offset.shape) if kind == 0 else None)
+    at = np.where(size > 0, offset, np.where(kind == 9, one, zero))
+    return _shifted(words, at, VALUE_SHIFT[kind]), kind == 0
 
 
 VARIES, ZERO_OR_ONE = -1, -2  # :func:`_lanes`: a field whose serial type differs between rows; one that is 8 or 9
