@@ -14,6 +14,13 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
   (the fix is more samples per launch: compare per-sample time).
 * ``hook-sync`` → ``hook-nosync``: ResNet-18 at batch 32 with ``torch.cuda.synchronize()`` in a forward
   hook on every conv, batch-norm, block and the head (49 per step) → no hooks.
+* ``amp-scaler-foreach`` → ``amp-scaler-fused``: ResNet-18 at batch ``AMP_BATCH`` under fp16 autocast with a
+  ``GradScaler``; ``Adam(foreach=True)`` makes ``scaler.step`` read the found-inf flag with ``.item()`` (a host
+  sync per step) → ``Adam(fused=True)``, which takes the scale and the flag on the GPU (no sync).
+* ``masked-loss-index`` → ``masked-loss-ignore``: ResNet-18 at batch ``AMP_BATCH`` whose labels mark a quarter
+  of the samples -100 (not to be learned); the loss keeps the others by boolean indexing
+  (``logits[valid]``, ``y[valid]``: a ``nonzero`` and a host sync each) → ``cross_entropy(...,
+  ignore_index=-100)``, the same value without indexing.
 
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
@@ -52,6 +59,7 @@ LINK_BYTES, LINK_CHUNK, LINK_STREAMS = 1 << 30, 32 << 20, 4
 COMPILE_WIDTH, COMPILE_BATCH, COMPILE_BLOCKS = 1024, 256, 8
 GLOO_IN, GLOO_HIDDEN, GLOO_BATCH = 1024, 2048, 64
 SLOW_RANK, SLOW_LOADER_S = 3, 0.200
+AMP_BATCH, IGNORED_EVERY = 16, 4      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -321,9 +329,52 @@ def _link(mode, sched, annotate, dev) -> int:
     return 1
 
 
+def _amp(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, _, x, y = _resnet18(dev, batch=AMP_BATCH)
+    optimizer = torch.optim.Adam(model.parameters(), **({"fused": True} if mode == "fused" else {"foreach": True}))
+    scaler = torch.amp.GradScaler("cuda")
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("forward", color="green"), torch.autocast("cuda", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            with annotate("backward", color="green"):
+                scaler.scale(loss).backward()
+            with annotate("optimizer", color="green"):
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+    return AMP_BATCH
+
+
+def _masked(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, optimizer, x, y = _resnet18(dev, batch=AMP_BATCH)
+    y = torch.where(torch.arange(AMP_BATCH, device=dev) % IGNORED_EVERY == 0, -100, y)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("forward", color="green"):
+                logits = model(x)
+                if mode == "index":
+                    valid = y != -100
+                    loss = torch.nn.functional.cross_entropy(logits[valid], y[valid])
+                else:
+                    loss = torch.nn.functional.cross_entropy(logits, y, ignore_index=-100)
+            with annotate("backward", color="green"):
+                loss.backward()
+            with annotate("optimizer", color="green"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    return AMP_BATCH
+
+
 FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
-            "link": _link}
+            "link": _link, "amp": _amp, "masked": _masked}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

@@ -156,6 +156,13 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      capture_args="--warmup 0 --steps 3"),
         CauseVariant("link-bound", "link", "bound",
                      "1 GiB pinned host memory per step copied in 32 MiB chunks on 4 streams, one tiny kernel each"),
+        CauseVariant("amp-scaler-foreach", "amp", "foreach",
+                     "ResNet-18 b16, fp16 autocast + GradScaler, Adam(foreach=True): found_inf read with .item() "
+                     "in scaler.step"),
+        CauseVariant("amp-scaler-fused", "amp", "fused", "the same with Adam(fused=True): no host sync in scaler.step"),
+        CauseVariant("masked-loss-index", "masked", "index",
+                     "ResNet-18 b16, a quarter of the labels -100, loss on logits[valid], y[valid] (two nonzero syncs)"),
+        CauseVariant("masked-loss-ignore", "masked", "ignore", "the same with cross_entropy(ignore_index=-100)"),
     )
 }
 
