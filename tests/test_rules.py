@@ -171,6 +171,20 @@ def test_launch_bound_from_short_gaps():
     assert "cudaStreamBeginCapture" in c.snippet
 
 
+def test_launch_bound_with_syncs_in_the_step_removes_them_first():
+    """Two host syncs per step (a wait and a blocking copy) reading 8 B back: a graph cannot hold them, so the fix
+    (in the program's language) takes them out first; per capture (no steps) the count is not per iteration."""
+    syncs = dict(sync_wait_calls=1, sync_copy_calls=1, dtoh_count=2, dtoh_bytes=8)
+    (f,) = diagnose([ev(gap_rows=LAUNCH_GAPS, **LAUNCH, **syncs)])
+    assert f.fix.startswith("The step synchronizes with the host 2 times, reading 8 B back, and a CUDA graph")
+    assert f.evidence["host_syncs"] == 2 and f.gain_ns == 40 * MS
+    assert f.snippet.index("ignore_index") < f.snippet.index("torch.compile")
+    (c,) = diagnose([ev(framework="cuda", gap_rows=LAUNCH_GAPS, **LAUNCH, **syncs)])
+    assert c.fix.startswith("The iteration synchronizes with the host 2 times") and "cudaStreamBeginCapture" in c.snippet
+    (g,) = diagnose([ev(scope="capture", gap_rows=LAUNCH_GAPS, **LAUNCH, **syncs)])
+    assert g.fix.startswith("Cut per-kernel launch cost")
+
+
 def test_long_idle_gaps_are_not_launch_bound():
     e = ev(gap_rows=[("untraced", "host work outside traced calls", 50 * MS, 0, 0, 5 * MS, 0)], **LAUNCH)
     assert "launch-bound" not in rules(e)

@@ -156,3 +156,27 @@ def test_eight_real_rank_files_end_to_end_with_jobs():
     assert out.returncode == 0, out.stderr
     assert "Likely straggler: rank 3: host work before the first launch" in out.stdout
     assert "Ranks aligned by session start (UTC)" in out.stdout
+
+
+@pytest.mark.parametrize("name,syncs,back", [
+    ("masked_loss_index.sqlite", 3, "12 B"),    # logits[valid], y[valid] (two nonzero) + a third sync per step
+    ("amp_scaler_foreach.sqlite", 1, "4 B"),    # GradScaler.step reads found_inf with .item() (Adam foreach)
+])
+def test_a_launch_bound_step_that_syncs_is_told_to_lose_the_syncs_before_a_graph(name, syncs, back):
+    """ResNet-18 at batch 16 under the profiler: launch-bound (the host issues a kernel every ~30 us). The step
+    also syncs with the host, which a CUDA graph cannot hold: the fix says so first, with the syncs it counted
+    and what they read back, and the snippet shows the sync-free forms before the graph."""
+    (f,) = [f for f in findings(name) if f.rule == "launch-bound"]
+    assert f.evidence["host_syncs"] == syncs
+    assert f.fix.startswith(f"The step synchronizes with the host {'once' if syncs == 1 else f'{syncs} times'}, "
+                            f"reading {back} back, and a CUDA graph cannot hold a sync")
+    assert f.fix.index("Then: Cut per-kernel launch cost") > f.fix.index("ignore_index")
+    assert f.snippet.index("fused=True") < f.snippet.index('mode="reduce-overhead"')
+
+
+@pytest.mark.parametrize("name", ["masked_loss_ignore.sqlite", "amp_scaler_fused.sqlite"])
+def test_a_launch_bound_step_without_syncs_goes_straight_to_the_graph(name):
+    """The fixed twins: no sync per step, so the launch-bound fix is the graph itself."""
+    (f,) = [f for f in findings(name) if f.rule == "launch-bound"]
+    assert f.evidence["host_syncs"] == 0 and f.fix.startswith("Cut per-kernel launch cost")
+    assert "ignore_index" not in f.snippet

@@ -158,11 +158,14 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      "1 GiB pinned host memory per step copied in 32 MiB chunks on 4 streams, one tiny kernel each"),
         CauseVariant("amp-scaler-foreach", "amp", "foreach",
                      "ResNet-18 b16, fp16 autocast + GradScaler, Adam(foreach=True): found_inf read with .item() "
-                     "in scaler.step"),
-        CauseVariant("amp-scaler-fused", "amp", "fused", "the same with Adam(fused=True): no host sync in scaler.step"),
+                     "in scaler.step", capture_args="--steps 6"),
+        CauseVariant("amp-scaler-fused", "amp", "fused", "the same with Adam(fused=True): no host sync in scaler.step",
+                     capture_args="--steps 6"),
         CauseVariant("masked-loss-index", "masked", "index",
-                     "ResNet-18 b16, a quarter of the labels -100, loss on logits[valid], y[valid] (two nonzero syncs)"),
-        CauseVariant("masked-loss-ignore", "masked", "ignore", "the same with cross_entropy(ignore_index=-100)"),
+                     "ResNet-18 b16, a quarter of the labels -100, loss on logits[valid], y[valid] (two nonzero syncs)",
+                     capture_args="--steps 6"),
+        CauseVariant("masked-loss-ignore", "masked", "ignore", "the same with cross_entropy(ignore_index=-100)",
+                     capture_args="--steps 6"),
     )
 }
 

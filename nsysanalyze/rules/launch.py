@@ -6,11 +6,16 @@ drains the queue and exposes every following launch: that is host-sync's). The r
 gaps; graphs or fusion remove at most them and the host's launch calls, so the step still lasts its
 GPU work and the host work the gaps did not wait on. Launches and CPU time
 count on every thread of the process (PyTorch launches the backward from autograd threads).
+
+A step that synchronizes with the host (a synchronize call or a blocking copy: ``.item()``, boolean-mask
+indexing, GradScaler with an unfused optimizer) cannot be captured whole: a stream that captures may not
+synchronize, and torch.compile splits its graph there. Under the profiler such a sync costs the loop little
+(the host is behind the GPU anyway), but it blocks the fix: the finding then says so, first.
 """
 from __future__ import annotations
 
 from ..attribution import SHORT_GAP_NS
-from ..units import ms
+from ..units import ms, size
 from . import Evidence, Finding, make_finding
 from .fixes import pick
 
@@ -42,6 +47,25 @@ for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, stream);
                 "(fusion, bigger work per launch) or replay the sequence as a CUDA graph.", ""),
 }
 
+
+CAPTURE_BLOCKER = {  # a step that syncs: {times}: once / N times per {per}, {back}: what it reads back; the first thing to do
+    "pytorch": ("The {per} synchronizes with the host {times}{back}, and a CUDA graph cannot hold a sync (capture "
+                "fails; torch.compile splits the graph there). Take the syncs out of the {per} first: read values "
+                "(.item(), .cpu(), print) every N steps instead, make copies to the GPU non_blocking (from pinned "
+                "memory), replace boolean-mask indexing (x[mask], nonzero) with torch.where or the loss's "
+                "ignore_index, and under a GradScaler use an optimizer with fused=True (it checks found_inf on the "
+                "GPU).", """
+loss = F.cross_entropy(logits, target, ignore_index=-100)   # not logits[mask]: nonzero syncs
+optimizer = torch.optim.AdamW(model.parameters(), fused=True)   # GradScaler.step then does not sync
+x = batch.to(device, non_blocking=True)                     # pinned batch: no wait for the copy
+running_loss += loss.detach()                                # not loss.item() every step
+"""),
+    "cuda": ("The iteration synchronizes with the host {times}{back} (cudaStreamSynchronize, "
+             "cudaDeviceSynchronize, blocking cudaMemcpy), which a stream that captures may not do: move them out of "
+             "the captured sequence first.", ""),
+    "default": ("The {per} synchronizes with the host {times}{back}, which a captured graph cannot hold: "
+                "take the syncs out of it first.", ""),
+}
 
 OPTIMIZER_FIX = {
     "pytorch": ("The optimizer step launches a few kernels per parameter and the GPU waits between them: use the fused "
@@ -85,6 +109,13 @@ def launch_bound(ev: Evidence) -> Finding | None:
     if host_per_kernel <= gpu_per_kernel:  # the GPU is the slower side: not launch overhead
         return None
     fix, snippet = pick(FIX, ev.framework)
+    syncs = ev.get("sync_wait_calls") + ev.get("sync_copy_calls")  # per step: host syncs the graph cannot hold
+    if ev.per == "step" and syncs >= 1:
+        back = f", reading {size(ev.get('dtoh_bytes'))} back" if ev.get("dtoh_count") >= 1 else ""
+        first, before = pick(CAPTURE_BLOCKER, ev.framework)
+        times = "once" if round(syncs) == 1 else f"{syncs:.0f} times"
+        fix = f"{first.format(per=ev.per, times=times, back=back)} Then: {fix}"
+        snippet = before.strip("\n") + "\n" + snippet.strip("\n") if before else snippet
     return make_finding(
         ev, "launch-bound",
         f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
@@ -94,7 +125,8 @@ def launch_bound(ev: Evidence) -> Finding | None:
         what_if=ledger.what_if(ledger.ns(gaps), host_removed_ns=ledger.ns(gaps)),
         evidence={"kernels": kernels, "gpu_ns_per_kernel": gpu_per_kernel, "host_ns_per_kernel": host_per_kernel,
                   "gpu_idle_fraction": idle, "idle_in_short_gaps_without_sync_ns": short, "idle_gap_count": ev.get("idle_gap_count"),
-                  "launch_calls": ev.get("launch_calls"), "launch_ns": ev.get("launch_ns")},
+                  "launch_calls": ev.get("launch_calls"), "launch_ns": ev.get("launch_ns"),
+                  "host_syncs": syncs},
         fix=fix, snippet=snippet,
     )
 
