@@ -82,20 +82,21 @@ def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, pr
     return sched
 
 
-def _resident_steps(model, optimizer, x, y, sched, annotate) -> None:
+def _resident_steps(model, optimizer, x, y, sched, annotate, loss_of=None) -> None:
     """The schedule's steps on one resident batch (``Step i`` ranges around _train_step)."""
     for i in range(sched.total):
         sched.before_step(i)
         with annotate(f"Step {i}", color="blue"):
-            _train_step(model, optimizer, x, y, annotate)
+            _train_step(model, optimizer, x, y, annotate, loss_of)
 
 
-def _train_step(model, optimizer, x, y, annotate):
-    """forward / backward / optimizer ranges of one classification step; returns the loss tensor."""
+def _train_step(model, optimizer, x, y, annotate, loss_of=None):
+    """forward / backward / optimizer ranges of one classification step; returns the loss tensor.
+    ``loss_of(logits, y)``: the loss (default cross-entropy), computed inside 'forward'."""
     import torch
 
     with annotate("forward", color="green"):
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = (loss_of or torch.nn.functional.cross_entropy)(model(x), y)
     with annotate("backward", color="green"):
         loss.backward()
     with annotate("optimizer", color="green"):
@@ -354,21 +355,15 @@ def _masked(mode, sched, annotate, dev) -> int:
 
     model, optimizer, x, y = _resnet18(dev, batch=AMP_BATCH)
     y = torch.where(torch.arange(AMP_BATCH, device=dev) % IGNORED_EVERY == 0, -100, y)
-    for i in range(sched.total):
-        sched.before_step(i)
-        with annotate(f"Step {i}", color="blue"):
-            with annotate("forward", color="green"):
-                logits = model(x)
-                if mode == "index":
-                    valid = y != -100
-                    loss = torch.nn.functional.cross_entropy(logits[valid], y[valid])
-                else:
-                    loss = torch.nn.functional.cross_entropy(logits, y, ignore_index=-100)
-            with annotate("backward", color="green"):
-                loss.backward()
-            with annotate("optimizer", color="green"):
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+
+    def indexed(logits, y):  # the valid samples by boolean mask: a nonzero (and a host sync) per index
+        valid = y != -100
+        return torch.nn.functional.cross_entropy(logits[valid], y[valid])
+
+    def ignoring(logits, y):
+        return torch.nn.functional.cross_entropy(logits, y, ignore_index=-100)
+
+    _resident_steps(model, optimizer, x, y, sched, annotate, indexed if mode == "index" else ignoring)
     return AMP_BATCH
 
 
