@@ -17,6 +17,9 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
 * ``amp-scaler-foreach`` → ``amp-scaler-fused``: ResNet-18 at batch ``AMP_BATCH`` under fp16 autocast with a
   ``GradScaler``; ``Adam(foreach=True)`` makes ``scaler.step`` read the found-inf flag with ``.item()`` (a host
   sync per step) → ``Adam(fused=True)``, which takes the scale and the flag on the GPU (no sync).
+* ``loader-2workers`` → ``loader-8workers``: ResNet-18 at batch 32 fed by a persistent, pinned DataLoader whose
+  samples cost ``TRANSFORM_S`` of CPU each (a Python transform): 2 workers make a batch every ~32 ms, more than
+  the step's GPU work; 8 workers keep up.
 * ``masked-loss-index`` → ``masked-loss-ignore``: ResNet-18 at batch ``AMP_BATCH`` whose labels mark a quarter
   of the samples -100 (not to be learned); the loss keeps the others by boolean indexing
   (``logits[valid]``, ``y[valid]``: a ``nonzero`` and a host sync each) → ``cross_entropy(...,
@@ -59,6 +62,7 @@ LINK_BYTES, LINK_CHUNK, LINK_STREAMS = 1 << 30, 32 << 20, 4
 COMPILE_WIDTH, COMPILE_BATCH, COMPILE_BLOCKS = 1024, 256, 8
 GLOO_IN, GLOO_HIDDEN, GLOO_BATCH = 1024, 2048, 64
 SLOW_RANK, SLOW_LOADER_S = 3, 0.200
+TRANSFORM_S, LONG_EPOCH = 0.002, 10_000  # loader-*: CPU seconds per sample; batches per epoch (none ends)
 AMP_BATCH, IGNORED_EVERY = 16, 4      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
 
 
@@ -200,22 +204,41 @@ class BankDataset:
         return self.images[index % len(self.images)].clone(), index % 10
 
 
-def _workers(mode, sched, annotate, dev) -> int:
+class TransformedDataset(BankDataset):
+    """:class:`BankDataset` whose every sample first costs ``seconds`` of CPU (a pure-Python transform)."""
+
+    def __init__(self, length: int, image: int, seconds: float) -> None:
+        super().__init__(length, image)
+        self.seconds = seconds
+
+    def __getitem__(self, index: int):
+        until = time.perf_counter() + self.seconds
+        while time.perf_counter() < until:
+            pass
+        return super().__getitem__(index)
+
+
+def _loader(mode, sched, annotate, dev) -> int:
+    from torch.utils.data import DataLoader
+
+    workers = {"2workers": 2, "8workers": 8}[mode]
+
+    def batches():
+        return iter(DataLoader(TransformedDataset(LONG_EPOCH * RESNET_BATCH, RESNET_IMAGE, TRANSFORM_S),
+                               batch_size=RESNET_BATCH, num_workers=workers, pin_memory=True, drop_last=True,
+                               persistent_workers=True))
+    return _loader_steps(batches, sched, annotate, dev)
+
+
+def _loader_steps(make_batches, sched, annotate, dev) -> int:
+    """ResNet-18 (10 classes) and Adam, then the batches (``make_batches()``, an iterator), then the steps:
+    ``Batch i`` ⊃ get batch, copy batch (non_blocking), the step's ranges."""
     import torch
     import torchvision
-    from torch.utils.data import DataLoader
 
     model = torchvision.models.resnet18(num_classes=10).to(dev).train()
     optimizer = torch.optim.Adam(model.parameters())
-    loader = DataLoader(BankDataset(EPOCH_BATCHES * RESNET_BATCH, RESNET_IMAGE), batch_size=RESNET_BATCH,
-                        num_workers=LOADER_WORKERS, pin_memory=True, drop_last=True,
-                        persistent_workers=mode == "persistent")
-
-    def epochs():
-        while True:
-            yield from loader
-
-    batches = epochs()
+    batches = make_batches()
     for i in range(sched.total):
         sched.before_step(i)
         with annotate(f"Batch {i}", color="blue"):
@@ -226,6 +249,19 @@ def _workers(mode, sched, annotate, dev) -> int:
                 y = y.to(dev, non_blocking=True)
             _train_step(model, optimizer, x, y, annotate)
     return RESNET_BATCH
+
+
+def _workers(mode, sched, annotate, dev) -> int:
+    from torch.utils.data import DataLoader
+
+    def epochs():
+        loader = DataLoader(BankDataset(EPOCH_BATCHES * RESNET_BATCH, RESNET_IMAGE), batch_size=RESNET_BATCH,
+                            num_workers=LOADER_WORKERS, pin_memory=True, drop_last=True,
+                            persistent_workers=mode == "persistent")
+        while True:
+            yield from loader
+
+    return _loader_steps(epochs, sched, annotate, dev)
 
 
 def _launchbound(mode, sched, annotate, dev) -> int:
@@ -369,7 +405,7 @@ def _masked(mode, sched, annotate, dev) -> int:
 
 FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
-            "link": _link, "amp": _amp, "masked": _masked}
+            "link": _link, "amp": _amp, "masked": _masked, "loader": _loader}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

@@ -156,6 +156,10 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      capture_args="--warmup 0 --steps 3"),
         CauseVariant("link-bound", "link", "bound",
                      "1 GiB pinned host memory per step copied in 32 MiB chunks on 4 streams, one tiny kernel each"),
+        CauseVariant("loader-2workers", "loader", "2workers",
+                     "ResNet-18 b32, a persistent pinned DataLoader with 2 workers, 2 ms of Python CPU work per sample",
+                     capture_args="--steps 6"),
+        CauseVariant("loader-8workers", "loader", "8workers", "the same with 8 workers", capture_args="--steps 6"),
         CauseVariant("amp-scaler-foreach", "amp", "foreach",
                      "ResNet-18 b16, fp16 autocast + GradScaler, Adam(foreach=True): found_inf read with .item() "
                      "in scaler.step", capture_args="--steps 6"),
