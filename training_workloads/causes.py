@@ -17,9 +17,9 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
 * ``amp-scaler-foreach`` → ``amp-scaler-fused``: ResNet-18 at batch ``AMP_BATCH`` under fp16 autocast with a
   ``GradScaler``; ``Adam(foreach=True)`` makes ``scaler.step`` read the found-inf flag with ``.item()`` (a host
   sync per step) → ``Adam(fused=True)``, which takes the scale and the flag on the GPU (no sync).
-* ``loader-2workers`` → ``loader-8workers``: ResNet-18 at batch 32 fed by a persistent, pinned DataLoader whose
-  samples cost ``TRANSFORM_S`` of CPU each (a Python transform): 2 workers make a batch every ~32 ms, more than
-  the step's GPU work; 8 workers keep up.
+* ``loader-2workers`` → ``loader-12workers``: ResNet-18 at batch 32 fed by a persistent, pinned DataLoader whose
+  samples cost ``TRANSFORM_S`` of CPU each (a Python transform): 2 workers make a batch every ~64 ms, more than
+  the step's GPU work; 12 workers keep up.
 * ``masked-loss-index`` → ``masked-loss-ignore``: ResNet-18 at batch ``AMP_BATCH`` whose labels mark a quarter
   of the samples -100 (not to be learned); the loss keeps the others by boolean indexing
   (``logits[valid]``, ``y[valid]``: a ``nonzero`` and a host sync each) → ``cross_entropy(...,
@@ -62,7 +62,7 @@ LINK_BYTES, LINK_CHUNK, LINK_STREAMS = 1 << 30, 32 << 20, 4
 COMPILE_WIDTH, COMPILE_BATCH, COMPILE_BLOCKS = 1024, 256, 8
 GLOO_IN, GLOO_HIDDEN, GLOO_BATCH = 1024, 2048, 64
 SLOW_RANK, SLOW_LOADER_S = 3, 0.200
-TRANSFORM_S, LONG_EPOCH = 0.002, 10_000  # loader-*: CPU seconds per sample; batches per epoch (none ends)
+TRANSFORM_S, LONG_EPOCH = 0.004, 10_000  # loader-*: CPU seconds per sample; batches per epoch (none ends)
 AMP_BATCH, IGNORED_EVERY = 16, 4      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
 
 
@@ -221,7 +221,7 @@ class TransformedDataset(BankDataset):
 def _loader(mode, sched, annotate, dev) -> int:
     from torch.utils.data import DataLoader
 
-    workers = {"2workers": 2, "8workers": 8}[mode]
+    workers = {"2workers": 2, "12workers": 12}[mode]
 
     def batches():
         return iter(DataLoader(TransformedDataset(LONG_EPOCH * RESNET_BATCH, RESNET_IMAGE, TRANSFORM_S),

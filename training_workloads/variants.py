@@ -157,9 +157,9 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
         CauseVariant("link-bound", "link", "bound",
                      "1 GiB pinned host memory per step copied in 32 MiB chunks on 4 streams, one tiny kernel each"),
         CauseVariant("loader-2workers", "loader", "2workers",
-                     "ResNet-18 b32, a persistent pinned DataLoader with 2 workers, 2 ms of Python CPU work per sample",
-                     capture_args="--steps 6"),
-        CauseVariant("loader-8workers", "loader", "8workers", "the same with 8 workers", capture_args="--steps 6"),
+                     "ResNet-18 b32, a persistent pinned DataLoader with 2 workers, 4 ms of Python CPU work per sample",
+                     capture_args="--steps 12"),
+        CauseVariant("loader-12workers", "loader", "12workers", "the same with 12 workers", capture_args="--steps 12"),
         CauseVariant("amp-scaler-foreach", "amp", "foreach",
                      "ResNet-18 b16, fp16 autocast + GradScaler, Adam(foreach=True): found_inf read with .item() "
                      "in scaler.step", capture_args="--steps 6"),
