@@ -36,6 +36,8 @@ from .trace import Trace
 from .trace.schema import NVTX_DOMAIN_CREATE, NVTX_DOMAIN_DESTROY
 from .trace.tables import pid_of
 
+# OS runtime calls that start a process (DataLoader workers, started again at each epoch without persistent_workers)
+PROCESS_START = r"(__)?(fork|vfork|clone3?|posix_spawnp?|exec[lv]\w*)"
 # python nvtx >= 0.2.12 (2024) is not recorded by nsys 2023.4; a recorder older than this predates that package
 PYTHON_NVTX_FIRST_AFFECTED = "2023.4"
 
@@ -445,8 +447,9 @@ class Analysis:
         """Per (globalPid, deviceId) with closed steps far longer than their median (S.STALL_FACTOR×: an epoch
         boundary, a periodic checkpoint or evaluation): stall_steps, steady_step_count, stall_excess_ns (mean −
         median step window, ns: what the stalls add to every step on average), stall_step_ns, stall_cause ('kind:
-        cause' of their largest idle) and stall_before_launch_share (of their idle, the share before the step's
-        first launch). Every device's steps and the ledger's rows are grouped once."""
+        cause' of their largest idle), stall_before_launch_share (of their idle, the share before the step's
+        first launch) and stall_process_start_ns (their idle in OS calls that start a process: DataLoader workers
+        started again, PROCESS_START). Every device's steps and the ledger's rows are grouped once."""
         steps = self._steps_metrics
         if steps.empty or "closed" not in steps:
             return {}
@@ -471,6 +474,8 @@ class Analysis:
         idle = rows.groupby(device)["ns"].sum()
         before = rows[rows["before_launch"].to_numpy(bool)].groupby(device)["ns"].sum()
         causes = rows.groupby([*device, "what", "cause"], sort=False)["ns"].sum().reset_index()
+        starting = causes[causes["cause"].astype(str).str.fullmatch(PROCESS_START).to_numpy(bool)]
+        starts = starting.groupby(device)["ns"].sum()
         top = causes.sort_values("ns", ascending=False, kind="stable").drop_duplicates(device)  # ties: first seen
         top = {(int(p), int(d)): f"{w_}: {c}" for p, d, w_, c in zip(top["globalPid"], top["deviceId"], top["what"],
                                                                     top["cause"])}
@@ -481,7 +486,8 @@ class Analysis:
             out[key] = {"stall_steps": float(n_stalls[g]), "steady_step_count": float(count[g]),
                         "stall_excess_ns": float(mean[g]) - float(median[g]), "stall_step_ns": float(stall_median[g]),
                         "stall_cause": top.get(key, ""),
-                        "stall_before_launch_share": float(before.get(key, 0)) / idle_ns if idle_ns else 0.0}
+                        "stall_before_launch_share": float(before.get(key, 0)) / idle_ns if idle_ns else 0.0,
+                        "stall_process_start_ns": float(starts.get(key, 0))}
         return out
 
     @cached_property

@@ -473,7 +473,9 @@ def stall_facts_of_one_device(steps: pd.DataFrame, ledger: pd.DataFrame) -> dict
     return {"stall_steps": float(len(stalls)), "steady_step_count": float(len(closed)),
             "stall_excess_ns": float(w.mean()) - float(np.median(w)), "stall_step_ns": float(np.median(stalls["window_ns"])),
             "stall_cause": f"{top.index[0][0]}: {top.index[0][1]}" if len(top) else "",
-            "stall_before_launch_share": float(mine.loc[mine["before_launch"], "ns"].sum()) / idle if idle else 0.0}
+            "stall_before_launch_share": float(mine.loc[mine["before_launch"], "ns"].sum()) / idle if idle else 0.0,
+            "stall_process_start_ns": float(mine.loc[mine["cause"].isin(["fork", "vfork", "clone", "clone3",
+                                                                         "posix_spawn", "posix_spawnp"]), "ns"].sum())}
 
 
 def spread_devices(src, tmp_path, n: int):
@@ -518,7 +520,8 @@ def test_step_evidence_equals_one_device_at_a_time(variant, tmp_path):
         assert first_steps.get(key) == (float(mine.loc[~mine["closed"], "window_ns"].iloc[0])
                                         if not mine["closed"].all() else None)
         assert stalls.get(key, {}) == stall_facts_of_one_device(mine, ledger)
-    assert stalls or "workers" not in variant  # the 3 spread devices each show the epoch stalls
+    assert stalls or "workers" not in variant  # the 3 spread devices each show the epoch stalls (and their forks)
+    assert all(f["stall_process_start_ns"] > 0 for f in stalls.values()) if "workers" in variant else True
     assert len(stalls) == 3 if "workers" in variant else True
 
 

@@ -302,3 +302,24 @@ def test_a_loader_with_workers_is_told_they_cannot_keep_up():
     (f,) = [f for f in diagnose([e]) if f.rule == "dataloader-workers"]
     assert "waits in pthread_cond_wait for the loader's workers" in f.title
     assert "cannot keep up" in f.fix and "num_workers=16" in f.snippet
+
+
+STALLS = dict(stall_steps=2.0, steady_step_count=10.0, stall_excess_ns=20 * MS, stall_step_ns=200 * MS,
+              stall_cause="nvtx_range: get batch", stall_before_launch_share=0.9)
+
+
+@pytest.mark.parametrize("facts,metrics,kind,text", [
+    ({"stall_process_start_ns": 50 * MS, "osrt_captured": 1.0}, {"munmap_count": 2}, "(the loader starting over)",
+     "keep them (persistent_workers=True)"),
+    ({"stall_process_start_ns": 0.0, "osrt_captured": 1.0}, {"munmap_count": 2}, "(waiting for the loader's workers)",
+     "More workers (up to the free cores)"),
+    ({"stall_process_start_ns": 0.0, "osrt_captured": 1.0}, {}, "(waiting for the loader)", "more workers"),
+    ({"stall_process_start_ns": 0.0, "osrt_captured": 0.0}, {}, "(waiting for the loader)", "--trace=osrt tells"),
+])
+def test_a_loader_stall_is_named_by_what_the_slow_steps_did(facts, metrics, kind, text):
+    """Slow steps that wait for their batch before the first launch: worker processes started in them are the
+    loader starting over at an epoch boundary; workers seen (munmap) and none started are workers falling
+    behind; without the OS calls the fix names both (and how to tell them apart)."""
+    (f,) = [f for f in diagnose([ev(facts={**STALLS, **facts}, htod_count=1, **metrics)]) if f.rule == "periodic-stall"]
+    assert f.title.endswith(kind) and text in f.fix
+    assert f.gain_ns == 20 * MS

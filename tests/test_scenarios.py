@@ -180,3 +180,24 @@ def test_a_launch_bound_step_without_syncs_goes_straight_to_the_graph(name):
     (f,) = [f for f in findings(name) if f.rule == "launch-bound"]
     assert f.evidence["host_syncs"] == 0 and f.fix.startswith("Cut per-kernel launch cost")
     assert "ignore_index" not in f.snippet
+
+
+def test_a_starved_loader_is_not_told_to_keep_workers_it_keeps():
+    """loader-2workers: persistent workers, 4 ms of CPU per sample, 2 workers for batch 32: a batch every ~128 ms
+    per worker, so steps alternate ~41 ms and ~116 ms while the main thread waits in 'get batch'. No worker is
+    started in the slow steps (no fork/clone) and workers hand batches over (munmap): the workers fall behind;
+    the fix is more workers, not persistent_workers. workers-nonpersistent, whose slow steps fork new workers,
+    keeps the epoch-restart fix."""
+    by_rule = {f.rule: f for f in findings("loader_2workers.sqlite")}
+    stall = by_rule["periodic-stall"]
+    assert stall.title.endswith("(waiting for the loader's workers)") and stall.evidence["stall_process_start_ns"] == 0
+    assert "More workers" in stall.fix and "persistent_workers=True)" not in stall.fix
+    assert "more workers" in by_rule["dataloader-workers"].fix  # the median step waits for its batch too
+    restart = {f.rule: f for f in findings("workers_nonpersistent.sqlite")}["periodic-stall"]
+    assert restart.title.endswith("(the loader starting over)") and restart.evidence["stall_process_start_ns"] > 100e6
+    assert "persistent_workers=True" in restart.fix
+
+
+def test_enough_workers_leave_no_stall():
+    """loader-12workers: the same loader with 12 workers keeps up: no periodic stall and no loader finding."""
+    assert not {"periodic-stall", "dataloader-workers"} & {f.rule for f in findings("loader_12workers.sqlite")}

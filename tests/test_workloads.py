@@ -41,7 +41,7 @@ EXPECTED_CAPTURES = [
     "optimizer_unfused", "optimizer_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "link_bound",
-    "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
+    "loader_2workers", "loader_12workers", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -92,7 +92,7 @@ FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())
 
 
 def test_fix_pairs_table_fields():
-    assert len(FIX_PAIRS) == 14
+    assert len(FIX_PAIRS) == 15
     for row in FIX_PAIRS:
         assert {"bad", "fixed", "fix", "rule", "bad_steps_per_s", "fixed_steps_per_s", "bad_step_ms",
                 "fixed_step_ms", "per"} <= set(row), row

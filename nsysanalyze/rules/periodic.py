@@ -4,8 +4,13 @@ boundary where DataLoader workers restart, a checkpoint or an evaluation every N
 The median step hides them, so they are not in the median step's ledger: the gain is what they add to
 every step on average (mean − median step window), spent in the slow steps themselves; its share is of
 the mean step. When their idle
-is mostly before the step's first launch and the step loads data, the cause is the loader starting over
-(``persistent_workers=True``); otherwise the periodic work itself (make it asynchronous or rarer).
+is mostly before the step's first launch and the step loads data, the step waits for its batch. Which loader
+problem that is follows from the OS calls (when captured): worker processes started in the slow steps (fork,
+clone, posix_spawn: ``stall_process_start_ns``) are the loader starting over at an epoch boundary
+(``persistent_workers=True``); workers seen handing batches over (munmap in the step) and none started are workers
+that make batches slower than the steps use them, so a step waits whenever the next batch is not ready (more
+workers, cheaper samples; a deeper prefetch only delays the wait). Without that evidence the fix names both.
+Otherwise the stalls are periodic work itself (make it asynchronous or rarer).
 """
 from __future__ import annotations
 
@@ -29,6 +34,29 @@ train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=8,
     "default": ("Every few steps the input pipeline starts over (an epoch boundary) while the GPU waits: keep its "
                 "workers alive across epochs and prefetch across the boundary.", ""),
 }
+BEHIND_FIX = {
+    "pytorch": ("The DataLoader's workers run (none is started in the slow steps) but make batches slower than the "
+                "steps use them: a step waits whenever the next batch is not ready. More workers (up to the free "
+                "cores), a cheaper __getitem__ (decode/resize once, cache), augmentation on the GPU on whole batches; "
+                "a deeper prefetch only delays the wait.", """
+train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=16,   # more, up to the free cores
+                          persistent_workers=True, pin_memory=True)
+# augment on the GPU, per batch: torchvision.transforms.v2 on CUDA tensors (or NVIDIA DALI)
+"""),
+    "default": ("The input pipeline's workers run but make batches slower than the steps use them: a step waits "
+                "whenever the next batch is not ready. Add workers or make each sample cheaper.", ""),
+}
+LOADER_FIX = {
+    "pytorch": ("Every few steps a step waits for its batch. If the DataLoader starts its workers again at each epoch "
+                "(persistent_workers=False, the default), keep them; if they run already, they make batches slower "
+                "than the steps use them: more workers, a cheaper __getitem__.", """
+train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=16,   # enough to keep up
+                          persistent_workers=True,   # workers survive the epoch boundary
+                          prefetch_factor=4, pin_memory=True)
+"""),
+    "default": ("Every few steps a step waits for its input: keep the pipeline's workers alive across epochs and give "
+                "it enough workers to keep up.", ""),
+}
 PERIODIC_FIX = {
     "default": ("Every few steps one step takes much longer (periodic work: evaluation, checkpointing, logging, "
                 "data reshuffling): make that work asynchronous, rarer, or overlap it with the next steps.", ""),
@@ -41,19 +69,30 @@ def periodic_stall(ev: Evidence) -> Finding | None:
     if ev.per != "step" or not stalls or excess <= 0 or excess < MIN_SHARE * ev.window_ns:
         return None
     loader = f.get("stall_before_launch_share", 0.0) >= LOADER_SHARE and loads_data(ev)
-    fix, snippet = pick(RESTART_FIX if loader else PERIODIC_FIX, ev.framework)
+    if not loader:
+        kind, table = "", PERIODIC_FIX
+    elif f.get("stall_process_start_ns", 0.0) > 0:
+        kind, table = " (the loader starting over)", RESTART_FIX
+    elif ev.get("munmap_count") >= 1:  # workers hand batches over shared memory; none was started
+        kind, table = " (waiting for the loader's workers)", BEHIND_FIX
+    else:
+        kind, table = " (waiting for the loader)", LOADER_FIX
+    fix, snippet = pick(table, ev.framework)
+    if table is LOADER_FIX and not ev.facts.get("osrt_captured"):
+        fix += " A capture with --trace=osrt tells the two apart (workers started again show as fork or clone calls)."
     median = ev.window_ns
     mean_step = replace(ev, m={**ev.m, "window_ns": median + excess})  # the gain's share is of the mean step
     return make_finding(
         mean_step, "periodic-stall",
         f"{stalls:.0f} of {f.get('steady_step_count', 0):.0f} steady steps take {ms(f.get('stall_step_ns', 0))} against "
         f"{ms(median)} for the median step, adding {ms(excess)} to every step on average"
-        + (" (the loader starting over)" if loader else ""),
+        + kind,
         confidence=0.75 if loader else 0.6, gain_ns=excess,
         evidence={"stall_steps": stalls, "steady_steps": f.get("steady_step_count", 0.0),
                   "stall_step_ns": f.get("stall_step_ns", 0.0), "amortized_gain_ns": excess,
                   "stall_top_cause": f.get("stall_cause", ""),
-                  "stall_idle_before_first_launch_share": f.get("stall_before_launch_share", 0.0)},
+                  "stall_idle_before_first_launch_share": f.get("stall_before_launch_share", 0.0),
+                  "stall_process_start_ns": f.get("stall_process_start_ns", 0.0)},
         fix=fix, snippet=snippet)
 
 
