@@ -28,7 +28,8 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
 224/256, so the allocator returns and re-allocates its blocks), ``compile-warmup`` (``torch.compile``
-of an MLP, captured from its first iteration: compilation, module load), ``link-bound`` (1 GiB of
+of an MLP, captured from its first iteration: compilation, module load; ``compile-steady`` → ``compile-graphs``:
+the same after warm-up, default mode → ``mode="reduce-overhead"`` (CUDA graphs), a pair), ``link-bound`` (1 GiB of
 pinned host memory copied per step in 32 MiB chunks on 4 streams, one tiny kernel per chunk).
 
 Multi-rank (``gloo`` workload, under ``torchrun --nproc_per_node=8``, all ranks on GPU 0): DDP with the
@@ -328,7 +329,7 @@ def _compile(mode, sched, annotate, dev) -> int:
     for _ in range(COMPILE_BLOCKS):
         layers += [nn.Linear(COMPILE_WIDTH, COMPILE_WIDTH), nn.LayerNorm(COMPILE_WIDTH), nn.GELU()]
     model = nn.Sequential(*layers, nn.Linear(COMPILE_WIDTH, 10)).to(dev)
-    compiled = torch.compile(model)
+    compiled = torch.compile(model, mode="reduce-overhead") if mode == "graphs" else torch.compile(model)
     optimizer = torch.optim.Adam(model.parameters())
     x = torch.randn(COMPILE_BATCH, COMPILE_WIDTH, device=dev)
     y = torch.randint(0, 10, (COMPILE_BATCH,), device=dev)
