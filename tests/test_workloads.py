@@ -40,7 +40,8 @@ EXPECTED_CAPTURES = [
     "sync_per_param", "io_midstep",
     "optimizer_unfused", "optimizer_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
-    "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "link_bound",
+    "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "compile_steady",
+    "compile_graphs", "link_bound",
     "loader_2workers", "loader_12workers", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]

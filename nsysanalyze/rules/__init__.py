@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..ledger import EMPTY_LEDGER_ROWS, Ledger, WhatIf, combined
 from ..units import ms
+from .fixes import pick
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -216,6 +217,16 @@ def bounded_to_nothing(f: Finding, window_ns: float) -> bool:
             and w.gain_ns < BOUNDED_MIN_SHARE * window_ns)
 
 
+OFF_CRITICAL_PATH = ("take that work off the GPU's critical path (run it ahead of or beside the GPU work, in a "
+                     "background thread/process, or on the GPU).")
+LAUNCH_REMEDY = {  # launch overhead cannot move to another thread: the step must launch less
+    "pytorch": ("launch less per step — replay it as a CUDA graph (torch.compile(mode='reduce-overhead'), also for "
+                "a model compiled already), fuse small ops, or give each launch more work (a larger batch).", ""),
+    "default": ("launch less per step — replay its launches as a CUDA graph, fuse small kernels, or give each launch "
+                "more work.", ""),
+}
+
+
 def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     """GPU idle that no finding claimed: show where the attribution says the GPU waited. Its gain is that
     idle, bounded as if the host work it waited on moved off the critical path."""
@@ -234,8 +245,8 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
             "cuda_blocking": f"the blocking {first['cause']} calls", "os_runtime": f"the {first['cause']} calls",
             "os_wait": f"what the host waits for in {first['cause']}", "launch": "kernel launch overhead"}
     one_shot = ev.per == "capture" and ev.facts.get("kernel_repeats", 99) <= ONE_SHOT_REPEATS
-    fix = (f"Most of the GPU idle comes from {what[first['cause_kind']]}: take that work off the GPU's critical "
-           "path (run it ahead of or beside the GPU work, in a background thread/process, or on the GPU).")
+    remedy = pick(LAUNCH_REMEDY, ev.framework)[0] if first["cause_kind"] == "launch" else OFF_CRITICAL_PATH
+    fix = f"Most of the GPU idle comes from {what[first['cause_kind']]}: {remedy}"
     if ev.get("um_count") > 0:
         fix += (" With unified memory, host accesses to managed pages fault them back one by one: prefetch them "
                 "(cudaMemPrefetchAsync) or copy explicitly before the host reads.")
