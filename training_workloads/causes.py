@@ -32,6 +32,9 @@ of an MLP, captured from its first iteration: compilation, module load; ``compil
 the same after warm-up, default mode → ``mode="reduce-overhead"`` (CUDA graphs), a pair), ``link-bound`` (1 GiB of
 pinned host memory copied per step in 32 MiB chunks on 4 streams, one tiny kernel per chunk).
 
+Also ``eval-every-4`` (every 4th step evaluates 8 batches under no_grad, accuracy read with ``.item()``, range
+'evaluate') and ``small-copies`` (a dict batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch').
+
 Multi-rank (``gloo`` workload, under ``torchrun --nproc_per_node=8``, all ranks on GPU 0): DDP with the
 gloo backend around a 6.3M-parameter MLP; ``8rank-slow`` makes rank ``SLOW_RANK``'s loader spend
 ``SLOW_LOADER_S`` of CPU work per step.
@@ -64,7 +67,9 @@ COMPILE_WIDTH, COMPILE_BATCH, COMPILE_BLOCKS = 1024, 256, 8
 GLOO_IN, GLOO_HIDDEN, GLOO_BATCH = 1024, 2048, 64
 SLOW_RANK, SLOW_LOADER_S = 3, 0.200
 TRANSFORM_S, LONG_EPOCH = 0.004, 10_000  # loader-*: CPU seconds per sample; batches per epoch (none ends)
-AMP_BATCH, IGNORED_EVERY = 16, 4      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
+AMP_BATCH, IGNORED_EVERY = 16, 4
+EVAL_EVERY, EVAL_BATCHES = 4, 8        # eval-every-4: every 4th step also evaluates 8 batches
+SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -404,9 +409,43 @@ def _masked(mode, sched, annotate, dev) -> int:
     return AMP_BATCH
 
 
+def _eval(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, optimizer, x, y = _resnet18(dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+            if i % EVAL_EVERY == EVAL_EVERY - 1:
+                with annotate("evaluate", color="yellow"), torch.no_grad():
+                    model.eval()
+                    correct = sum(int((model(x).argmax(1) == y).sum().item()) for _ in range(EVAL_BATCHES))
+                    model.train()
+                print(f"INFO step {i}: {correct} correct", file=sys.stderr)
+    return RESNET_BATCH
+
+
+def _small_copies(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, optimizer, x, y = _resnet18(dev)
+    features = {f"feature_{k}": torch.randn(*SMALL_SHAPE) for k in range(SMALL_TENSORS)}  # pageable
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("copy batch", color="yellow"):
+                on_gpu = {name: t.to(dev) for name, t in features.items()}
+            with annotate("features", color="green"):
+                torch.stack([t.mean() for t in on_gpu.values()]).sum()
+            _train_step(model, optimizer, x, y, annotate)
+    return RESNET_BATCH
+
+
 FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
-            "link": _link, "amp": _amp, "masked": _masked, "loader": _loader}
+            "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
+            "eval": _eval, "small-copies": _small_copies}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

@@ -165,6 +165,12 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      "ResNet-18 b32, a persistent pinned DataLoader with 2 workers, 4 ms of Python CPU work per sample",
                      capture_args="--steps 12"),
         CauseVariant("loader-12workers", "loader", "12workers", "the same with 12 workers", capture_args="--steps 12"),
+        CauseVariant("eval-every-4", "eval", "every-4",
+                     "ResNet-18 b32, every 4th step also evaluates 8 batches (no_grad, .item() per batch)",
+                     capture_args="--steps 12"),
+        CauseVariant("small-copies", "small-copies", "pageable",
+                     "ResNet-18 b32 plus a dict batch of 64 pageable 8 KB tensors, each .to(device)",
+                     capture_args="--steps 6"),
         CauseVariant("amp-scaler-foreach", "amp", "foreach",
                      "ResNet-18 b16, fp16 autocast + GradScaler, Adam(foreach=True): found_inf read with .item() "
                      "in scaler.step", capture_args="--steps 6"),
