@@ -224,6 +224,21 @@ def test_host_sync_without_copies():
     assert f.rule == "host-sync" and f.gain_ns == 10 * MS
 
 
+@pytest.mark.parametrize("copies,back,starts", [
+    (dict(htod_count=3, htod_bytes=3e6, htod_pageable_bytes=1.5e6), {}, "The syncs come with the step's 3 host-to-device "
+     "copies: .to(device) without non_blocking=True waits for each copy (3.0 MB, 50% of it from pageable memory)"),
+    (dict(htod_count=1), {}, "Remove per-step host synchronizations"),                 # 1 copy for 3 syncs
+    (dict(htod_count=3, htod_bytes=3e6), dict(dtoh_count=3), "Remove per-step host synchronizations"),  # reads back
+])
+def test_host_sync_names_copies_to_the_gpu_as_the_source_when_they_come_with_the_syncs(copies, back, starts):
+    """3 syncs per step: with at least half as many host-to-device copies and no copies back, the syncs are the
+    copies' own waits (pin, non_blocking, one buffer); else the usual sources (.item(), .cpu(), synchronize)."""
+    e = ev(idle_fraction=0.13, idle_ns=13 * MS, sync_wait_calls=3, sync_wait_ns=70 * MS, **copies, **back,
+           gap_rows=[("untraced", "host work outside traced calls", 10 * MS, 0, 10 * MS)])
+    (f,) = [f for f in diagnose([e]) if f.rule == "host-sync"]
+    assert f.fix.startswith(starts)
+
+
 def test_removing_syncs_cannot_remove_the_host_work_between_them():
     # 8.9 ms of CPU work between syncs, the GPU busy 0.3 ms: without the syncs the step still lasts 8.9 ms
     e = ev(window_ns=9.2 * MS, cpu_ns=9.2 * MS, idle_fraction=0.97, idle_ns=8.9 * MS, sync_wait_calls=20,

@@ -213,3 +213,20 @@ def test_a_compiled_step_whose_host_outruns_its_gpu_work_is_told_to_launch_less(
     assert "mode='reduce-overhead'" in top.fix and "background thread" not in top.fix
     graphs = findings("compile_graphs.sqlite")[0]  # the same under CUDA graphs: the eager optimizer step is left
     assert graphs.evidence["cause_1"] == "nvtx_range: optimizer" and "background thread" in graphs.fix
+
+
+def test_syncs_that_follow_copies_to_the_gpu_are_told_to_pin_and_batch_them():
+    """small-copies: a dict batch of 64 pageable 8 KB tensors, each .to(device): 64 syncs per step, one per copy.
+    The host-sync finding names the copies as their source (pin, non_blocking, one buffer), not .item()."""
+    f = {f.rule: f for f in findings("small_copies.sqlite")}["host-sync"]
+    assert f.evidence["sync_wait_calls"] == 64 and "'copy batch'" in f.title
+    assert f.fix.startswith("The syncs come with the step's 64 host-to-device copies") and "100% of it from pageable" in f.fix
+    assert "non_blocking=True" in f.snippet and ".item()" not in f.fix
+
+
+def test_a_periodic_evaluation_is_named_by_its_range():
+    """eval-every-4: every 4th step also evaluates 8 batches: those steps take ~33 ms against ~12 ms; the periodic
+    stall names the range the host works in, and the fix is the periodic-work one, not the loader's."""
+    f = {f.rule: f for f in findings("eval_every_4.sqlite")}["periodic-stall"]
+    assert f.evidence["stall_steps"] == 3 and f.title.endswith("(mostly while the host works in 'evaluate')")
+    assert "evaluation" in f.fix and "DataLoader" not in f.fix

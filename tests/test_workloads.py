@@ -42,7 +42,7 @@ EXPECTED_CAPTURES = [
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "compile_steady",
     "compile_graphs", "link_bound",
-    "loader_2workers", "loader_12workers", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
+    "loader_2workers", "loader_12workers", "eval_every_4", "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

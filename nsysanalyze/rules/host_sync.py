@@ -77,6 +77,24 @@ cudaEventRecord(done, stream);          // instead of cudaDeviceSynchronize() ev
 }
 
 
+COPY_SYNC_FIX = {  # the syncs are the host waiting for its own host-to-device copies
+    "pytorch": ("The syncs come with the {per}'s {copies:.0f} host-to-device copies: .to(device) without "
+                "non_blocking=True waits for each copy ({pageable}). Pin the batch (DataLoader(pin_memory=True) or "
+                ".pin_memory()) and copy with non_blocking=True, so the host runs ahead; many small tensors: put "
+                "them in one buffer and copy it once.", """
+batch = {k: v.pin_memory() for k, v in batch.items()}        # or DataLoader(..., pin_memory=True)
+batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+# many small tensors: one pinned buffer, one copy, views on the GPU
+flat = torch.cat([v.flatten() for v in batch.values()]).pin_memory().to(device, non_blocking=True)
+"""),
+    "cuda": ("The syncs come with the {per}'s {copies:.0f} host-to-device copies ({pageable}): a copy from "
+             "pageable memory, or cudaMemcpy, blocks the host. Copy from cudaMallocHost buffers with "
+             "cudaMemcpyAsync on a stream, and batch small copies into one.", ""),
+    "default": ("The syncs come with the {per}'s {copies:.0f} host-to-device copies ({pageable}): copy from pinned "
+                "memory asynchronously, and batch small copies into one.", ""),
+}
+
+
 def sync_idle(ev: Evidence):
     """Ledger mask of the unclaimed idle a host sync causes: while the host is in a synchronize call (not
     already after an earlier sync), and after syncs while the host works (not in an OS call: those are
@@ -145,6 +163,13 @@ def host_sync(ev: Evidence) -> Finding | None:
     if stall < MIN_SHARE * ev.window_ns:
         return None
     fix, snippet = pick(SYNC_FIX, ev.framework)
+    syncs, copies = ev.get("sync_wait_calls"), ev.get("htod_count")
+    if copies >= 0.5 * syncs and ev.get("dtoh_count") < 0.5 * syncs:  # the waits follow copies to the GPU
+        bytes_in, pageable = ev.get("htod_bytes"), ev.get("htod_pageable_bytes")
+        kind = (f"{size(bytes_in)}, {pageable / bytes_in:.0%} of it from pageable memory" if bytes_in
+                else "no bytes counted")
+        fix, snippet = pick(COPY_SYNC_FIX, ev.framework)
+        fix = fix.format(copies=copies, pageable=kind, per=ev.per)
     top = ledger.causes(waits & ledger.idle(after_sync=True))
     where = f" (mostly while the host works in '{top[0][0][1]}')" if top and top[0][0][0] == "nvtx_range" else ""
     queued = ledger.busy_ns
