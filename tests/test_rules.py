@@ -340,3 +340,14 @@ def test_a_loader_stall_is_named_by_what_the_slow_steps_did(facts, metrics, kind
     (f,) = [f for f in diagnose([ev(facts={**STALLS, **facts}, htod_count=1, **metrics)]) if f.rule == "periodic-stall"]
     assert f.title.endswith(kind) and text in f.fix
     assert f.gain_ns == 20 * MS
+
+
+@pytest.mark.parametrize("cause,kind", [("nvtx_range: evaluate", "(mostly while the host works in 'evaluate')"),
+                                        ("os_runtime: write", "(mostly in write calls)"),
+                                        ("untraced: host work outside traced calls", "on average")])
+def test_a_periodic_stall_that_is_not_the_loader_names_where_it_waits(cause, kind):
+    """Slow steps whose idle is not before the first launch: periodic work, named by its largest cause when that
+    is a range or a call (untraced host work has no name to give)."""
+    facts = {**STALLS, "stall_cause": cause, "stall_before_launch_share": 0.1, "osrt_captured": 1.0}
+    (f,) = [f for f in diagnose([ev(facts=facts, htod_count=1)]) if f.rule == "periodic-stall"]
+    assert f.title.endswith(kind) and "asynchronous, rarer" in f.fix

@@ -33,7 +33,8 @@ the same after warm-up, default mode → ``mode="reduce-overhead"`` (CUDA graphs
 pinned host memory copied per step in 32 MiB chunks on 4 streams, one tiny kernel per chunk).
 
 Also ``eval-every-4`` (every 4th step evaluates 8 batches under no_grad, accuracy read with ``.item()``, range
-'evaluate') and ``small-copies`` (a dict batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch').
+'evaluate'), ``checkpoint-every-5`` (``torch.save`` every 5th step), ``cudnn-benchmark`` → ``cudnn-default``
+(a new image size every step with ``torch.backends.cudnn.benchmark`` on → off) and ``small-copies`` (a dict batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch').
 
 Multi-rank (``gloo`` workload, under ``torchrun --nproc_per_node=8``, all ranks on GPU 0): DDP with the
 gloo backend around a 6.3M-parameter MLP; ``8rank-slow`` makes rank ``SLOW_RANK``'s loader spend
@@ -69,6 +70,8 @@ SLOW_RANK, SLOW_LOADER_S = 3, 0.200
 TRANSFORM_S, LONG_EPOCH = 0.004, 10_000  # loader-*: CPU seconds per sample; batches per epoch (none ends)
 AMP_BATCH, IGNORED_EVERY = 16, 4
 EVAL_EVERY, EVAL_BATCHES = 4, 8        # eval-every-4: every 4th step also evaluates 8 batches
+CHECKPOINT_EVERY = 5                   # checkpoint-every-5: torch.save every 5th step
+SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-benchmark-*: step i's images are (SHAPE_BASE + SHAPE_STEP * i) px
 SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
 
 
@@ -426,6 +429,39 @@ def _eval(mode, sched, annotate, dev) -> int:
     return RESNET_BATCH
 
 
+def _checkpoint_every(mode, sched, annotate, dev) -> int:
+    import torch
+
+    model, optimizer, x, y = _resnet18(dev)
+    path = os.path.join(tempfile.gettempdir(), f"checkpoint_{os.getpid()}.pt")
+    try:
+        for i in range(sched.total):
+            sched.before_step(i)
+            with annotate(f"Step {i}", color="blue"):
+                _train_step(model, optimizer, x, y, annotate)
+                if i % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
+                    with annotate("save checkpoint", color="yellow"):
+                        torch.save({"step": i, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                                   path)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return RESNET_BATCH
+
+
+def _cudnn(mode, sched, annotate, dev) -> int:
+    import torch
+
+    torch.backends.cudnn.benchmark = mode == "benchmark"
+    model, optimizer, _, y = _resnet18(dev, batch=AMP_BATCH)
+    for i in range(sched.total):  # every step a new image size, as variable-resolution training has
+        x = torch.randn(AMP_BATCH, 3, SHAPE_BASE + SHAPE_STEP * i, SHAPE_BASE + SHAPE_STEP * i, device=dev)
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+    return AMP_BATCH
+
+
 def _small_copies(mode, sched, annotate, dev) -> int:
     import torch
 
@@ -445,7 +481,8 @@ def _small_copies(mode, sched, annotate, dev) -> int:
 FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
             "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
-            "eval": _eval, "small-copies": _small_copies}
+            "eval": _eval, "small-copies": _small_copies, "checkpoint-every": _checkpoint_every,
+            "cudnn": _cudnn}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

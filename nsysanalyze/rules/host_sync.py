@@ -166,10 +166,10 @@ def host_sync(ev: Evidence) -> Finding | None:
     syncs, copies = ev.get("sync_wait_calls"), ev.get("htod_count")
     if copies >= 0.5 * syncs and ev.get("dtoh_count") < 0.5 * syncs:  # the waits follow copies to the GPU
         bytes_in, pageable = ev.get("htod_bytes"), ev.get("htod_pageable_bytes")
-        kind = (f"{size(bytes_in)}, {pageable / bytes_in:.0%} of it from pageable memory" if bytes_in
-                else "no bytes counted")
+        amount = (f"{size(bytes_in)}, {pageable / bytes_in:.0%} of it from pageable memory" if bytes_in
+                  else "no bytes counted")
         fix, snippet = pick(COPY_SYNC_FIX, ev.framework)
-        fix = fix.format(copies=copies, pageable=kind, per=ev.per)
+        fix = fix.format(copies=copies, pageable=amount, per=ev.per)
     top = ledger.causes(waits & ledger.idle(after_sync=True))
     where = f" (mostly while the host works in '{top[0][0][1]}')" if top and top[0][0][0] == "nvtx_range" else ""
     queued = ledger.busy_ns

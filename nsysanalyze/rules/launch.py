@@ -52,7 +52,8 @@ for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, stream);
 }
 
 
-CAPTURE_BLOCKER = {  # a step that syncs: {times}: once / N times per {per}, {back}: what it reads back; the first thing to do
+# what a step that syncs must do first ({times}: "once" / "N times" per {per}; {back}: what it reads back)
+CAPTURE_BLOCKER = {
     "pytorch": ("The {per} synchronizes with the host {times}{back}, and a CUDA graph cannot hold a sync (capture "
                 "fails; torch.compile splits the graph there). Take the syncs out of the {per} first: read values "
                 "(.item(), .cpu(), print) every N steps instead, make copies to the GPU non_blocking (from pinned "
@@ -120,9 +121,10 @@ def launch_bound(ev: Evidence) -> Finding | None:
         times = "once" if round(syncs) == 1 else f"{syncs:.0f} times"
         fix = f"{first.format(per=ev.per, times=times, back=back)} Then: {fix}"
         snippet = before.strip("\n") + "\n" + snippet.strip("\n") if before else snippet
-    fix += (f" Under nsys every CUDA call costs the host more (API tracing{', OS-runtime tracing more' if ev.facts.get('osrt_captured') else ''}): "
-            f"here a kernel is issued every {host_per_kernel / 1e3:.1f} us; without the profiler the host launches "
-            "faster and the gain is smaller than this bound, so time the loop without nsys before and after.")
+    tracing = "API tracing, OS-runtime tracing more" if ev.facts.get("osrt_captured") else "API tracing"
+    fix += (f" Under nsys every CUDA call costs the host more ({tracing}): here a kernel is issued every "
+            f"{host_per_kernel / 1e3:.1f} us; without the profiler the host launches faster and the gain is smaller "
+            "than this bound, so time the loop without nsys before and after.")
     return make_finding(
         ev, "launch-bound",
         f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "

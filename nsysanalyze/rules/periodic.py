@@ -71,7 +71,9 @@ def periodic_stall(ev: Evidence) -> Finding | None:
     loader = f.get("stall_before_launch_share", 0.0) >= LOADER_SHARE and loads_data(ev)
     if not loader:
         cause_kind, _, cause = f.get("stall_cause", "").partition(": ")
-        kind, table = (f" (mostly while the host works in '{cause}')" if cause_kind == "nvtx_range" else ""), PERIODIC_FIX
+        kind = (f" (mostly while the host works in '{cause}')" if cause_kind == "nvtx_range" else
+                f" (mostly in {cause} calls)" if cause_kind in ("cuda_blocking", "os_runtime", "os_wait") else "")
+        table = PERIODIC_FIX
     elif f.get("stall_process_start_ns", 0.0) > 0:
         kind, table = " (the loader starting over)", RESTART_FIX
     elif ev.get("munmap_count") >= 1:  # workers hand batches over shared memory; none was started
