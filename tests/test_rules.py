@@ -351,3 +351,13 @@ def test_a_periodic_stall_that_is_not_the_loader_names_where_it_waits(cause, kin
     facts = {**STALLS, "stall_cause": cause, "stall_before_launch_share": 0.1, "osrt_captured": 1.0}
     (f,) = [f for f in diagnose([ev(facts=facts, htod_count=1)]) if f.rule == "periodic-stall"]
     assert f.title.endswith(kind) and "asynchronous, rarer" in f.fix
+
+
+@pytest.mark.parametrize("scope,first", [("step median", True), ("capture", False)])
+def test_unexplained_idle_with_kernels_loaded_every_step_says_the_step_keeps_retuning(scope, first):
+    """A median steady step that loads kernels (3 module loads) has no steady state: the residual's fix says so first
+    (fixed shapes, cudnn.benchmark off); a capture without steps is one window, where loads are expected."""
+    e = ev(scope=scope, idle_fraction=0.37, idle_ns=37 * MS, module_load_calls=3, sync_wait_calls=40, alloc_calls=9,
+           gap_rows=[("os_wait", "pthread_cond_wait", 35 * MS, 0, 0), ("os_runtime", "write", 2 * MS, 0, 0)])
+    (f,) = [f for f in diagnose([e]) if f.rule == "gpu-idle-unexplained"]
+    assert f.fix.startswith("Kernels are loaded in every steady step (3 module loads, 40 syncs and 9 allocations") == first

@@ -230,3 +230,19 @@ def test_a_periodic_evaluation_is_named_by_its_range():
     f = {f.rule: f for f in findings("eval_every_4.sqlite")}["periodic-stall"]
     assert f.evidence["stall_steps"] == 3 and f.title.endswith("(mostly while the host works in 'evaluate')")
     assert "evaluation" in f.fix and "DataLoader" not in f.fix
+
+
+def test_kernels_loaded_in_every_steady_step_point_at_retuning():
+    """cudnn-benchmark: a new image size every step with cudnn.benchmark on: ~1.8 s steps (34 ms without), the main
+    thread waiting while the autograd thread autotunes. Kernels are loaded in every steady step (15-25 module
+    loads), so the residual finding's fix names that first: fixed shapes, or cudnn.benchmark off. Without
+    benchmark (the fixed twin) no kernel is loaded in the steady steps and the fix says nothing of it."""
+    f = findings("cudnn_benchmark.sqlite")[0]
+    assert f.rule == "gpu-idle-unexplained" and f.fix.startswith("Kernels are loaded in every steady step (")
+    assert "cudnn.benchmark off" in f.fix and f.gain_ns > 1.5e9
+    assert "Kernels are loaded" not in findings("cudnn_default.sqlite")[0].fix
+
+
+def test_a_periodic_checkpoint_is_named_by_its_range():
+    f = {f.rule: f for f in findings("checkpoint_every_5.sqlite")}["periodic-stall"]
+    assert f.evidence["stall_steps"] == 2 and f.title.endswith("(mostly while the host works in 'save checkpoint')")

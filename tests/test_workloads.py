@@ -42,7 +42,8 @@ EXPECTED_CAPTURES = [
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "compile_steady",
     "compile_graphs", "link_bound",
-    "loader_2workers", "loader_12workers", "eval_every_4", "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
+    "loader_2workers", "loader_12workers", "eval_every_4", "checkpoint_every_5", "cudnn_benchmark", "cudnn_default",
+    "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -93,7 +94,7 @@ FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())
 
 
 def test_fix_pairs_table_fields():
-    assert len(FIX_PAIRS) == 15
+    assert len(FIX_PAIRS) == 16
     for row in FIX_PAIRS:
         assert {"bad", "fixed", "fix", "rule", "bad_steps_per_s", "fixed_steps_per_s", "bad_step_ms",
                 "fixed_step_ms", "per"} <= set(row), row

@@ -227,6 +227,16 @@ LAUNCH_REMEDY = {  # launch overhead cannot move to another thread: the step mus
 }
 
 
+RETUNING = {  # kernels loaded in every steady step: compilation or autotuning that never ends
+    "pytorch": ("Kernels are loaded in every steady step ({loads:.0f} module loads, {syncs:.0f} syncs and "
+                "{allocs:.0f} allocations per step): the step keeps compiling or autotuning. With changing input "
+                "shapes torch.backends.cudnn.benchmark=True autotunes every new shape and torch.compile recompiles: "
+                "keep the shapes fixed (pad or bucket them) or turn cudnn.benchmark off.", ""),
+    "default": ("Kernels are loaded in every steady step ({loads:.0f} module loads per step): something keeps "
+                "compiling or autotuning (JIT, autotuning on new shapes): keep it out of the loop.", ""),
+}
+
+
 def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     """GPU idle that no finding claimed: show where the attribution says the GPU waited. Its gain is that
     idle, bounded as if the host work it waited on moved off the critical path."""
@@ -247,6 +257,9 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     one_shot = ev.per == "capture" and ev.facts.get("kernel_repeats", 99) <= ONE_SHOT_REPEATS
     remedy = pick(LAUNCH_REMEDY, ev.framework)[0] if first["cause_kind"] == "launch" else OFF_CRITICAL_PATH
     fix = f"Most of the GPU idle comes from {what[first['cause_kind']]}: {remedy}"
+    if ev.per == "step" and ev.get("module_load_calls") >= 1:  # a median step loads kernels: no steady state, first
+        fix = pick(RETUNING, ev.framework)[0].format(loads=ev.get("module_load_calls"), syncs=ev.get("sync_wait_calls"),
+                                                     allocs=ev.get("alloc_calls")) + " " + fix
     if ev.get("um_count") > 0:
         fix += (" With unified memory, host accesses to managed pages fault them back one by one: prefetch them "
                 "(cudaMemPrefetchAsync) or copy explicitly before the host reads.")
