@@ -34,7 +34,8 @@ pinned host memory copied per step in 32 MiB chunks on 4 streams, one tiny kerne
 
 Also ``eval-every-4`` (every 4th step evaluates 8 batches under no_grad, accuracy read with ``.item()``, range
 'evaluate'), ``checkpoint-every-5`` (``torch.save`` every 5th step), ``cudnn-benchmark`` → ``cudnn-default``
-(a new image size every step with ``torch.backends.cudnn.benchmark`` on → off) and ``small-copies`` (a dict batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch').
+(a new image size every step with ``torch.backends.cudnn.benchmark`` on → off) and ``small-copies`` (a dict
+batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch').
 
 Multi-rank (``gloo`` workload, under ``torchrun --nproc_per_node=8``, all ranks on GPU 0): DDP with the
 gloo backend around a 6.3M-parameter MLP; ``8rank-slow`` makes rank ``SLOW_RANK``'s loader spend
@@ -68,11 +69,11 @@ COMPILE_WIDTH, COMPILE_BATCH, COMPILE_BLOCKS = 1024, 256, 8
 GLOO_IN, GLOO_HIDDEN, GLOO_BATCH = 1024, 2048, 64
 SLOW_RANK, SLOW_LOADER_S = 3, 0.200
 TRANSFORM_S, LONG_EPOCH = 0.004, 10_000  # loader-*: CPU seconds per sample; batches per epoch (none ends)
-AMP_BATCH, IGNORED_EVERY = 16, 4
+AMP_BATCH, IGNORED_EVERY = 16, 4       # amp-scaler-*, masked-loss-*, cudnn-*: batch; masked-loss-*: 4th label -100
 EVAL_EVERY, EVAL_BATCHES = 4, 8        # eval-every-4: every 4th step also evaluates 8 batches
 CHECKPOINT_EVERY = 5                   # checkpoint-every-5: torch.save every 5th step
-SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-benchmark-*: step i's images are (SHAPE_BASE + SHAPE_STEP * i) px
-SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors      # amp-scaler-*, masked-loss-*: batch; masked-loss-*: every 4th label is -100
+SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-*: step i's images are (SHAPE_BASE + SHAPE_STEP * i) px square
+SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
