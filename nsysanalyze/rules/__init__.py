@@ -239,7 +239,9 @@ RETUNING = {  # kernels loaded in every steady step: compilation or autotuning t
 
 def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     """GPU idle that no finding claimed: show where the attribution says the GPU waited. Its gain is that
-    idle, bounded as if the host work it waited on moved off the critical path."""
+    idle, bounded as if the host work it waited on moved off the critical path. Its fix follows the first cause
+    (launch overhead: launch less, it cannot move to another thread) and, when the median steady step loads
+    kernels (module loads: compilation or autotuning that never ends), says that first."""
     idle_ns, idle = ev.get("idle_ns"), ev.get("idle_fraction")
     free = ev.ledger.idle()
     unclaimed = ev.ledger.ns(free)

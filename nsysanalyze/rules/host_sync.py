@@ -6,6 +6,9 @@ still in the sync call). A device-to-host copy on the compute stream also stops 
 (the ledger's DtoH busy rows). Pageable host-to-device copies sync too (PyTorch's blocking .to()): that
 idle is pin-memory's, which claims it first.
 
+When the step's host-to-device copies are at least half as many as its syncs (and copies back are not), the
+syncs are the host waiting for its own copies (``.to(device)`` without ``non_blocking``): the fix names them.
+
 What removing a sync can gain: at most the idle it causes — in and right after the sync, and the short
 launch gaps of the host catching up after it, as far as the bound allows — no more than the GPU work that
 could have been queued meanwhile (the window's GPU busy time), and the step still lasts the host's own

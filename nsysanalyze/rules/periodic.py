@@ -19,7 +19,7 @@ from dataclasses import replace
 from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import pick
-from .input_pipeline import loads_data
+from .input_pipeline import SLOW_WORKERS_FIX, loads_data
 
 MIN_SHARE = 0.05          # what the stalls add per step on average, as a share of the median step
 LOADER_SHARE = 0.5        # share of the stalls' idle before the first launch that points at the loader
@@ -34,15 +34,11 @@ train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=8,
     "default": ("Every few steps the input pipeline starts over (an epoch boundary) while the GPU waits: keep its "
                 "workers alive across epochs and prefetch across the boundary.", ""),
 }
-BEHIND_FIX = {
+BEHIND_FIX = {  # the workers' own fix (more of them, cheaper samples), framed by the slow steps
     "pytorch": ("The DataLoader's workers run (none is started in the slow steps) but make batches slower than the "
                 "steps use them: a step waits whenever the next batch is not ready. More workers (up to the free "
                 "cores), a cheaper __getitem__ (decode/resize once, cache), augmentation on the GPU on whole batches; "
-                "a deeper prefetch only delays the wait.", """
-train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=16,   # more, up to the free cores
-                          persistent_workers=True, pin_memory=True)
-# augment on the GPU, per batch: torchvision.transforms.v2 on CUDA tensors (or NVIDIA DALI)
-"""),
+                "a deeper prefetch alone only delays the wait.", SLOW_WORKERS_FIX["pytorch"][1]),
     "default": ("The input pipeline's workers run but make batches slower than the steps use them: a step waits "
                 "whenever the next batch is not ready. Add workers or make each sample cheaper.", ""),
 }
