@@ -35,7 +35,9 @@ pinned host memory copied per step in 32 MiB chunks on 4 streams, one tiny kerne
 Also ``eval-every-4`` (every 4th step evaluates 8 batches under no_grad, accuracy read with ``.item()``, range
 'evaluate'), ``checkpoint-every-5`` (``torch.save`` every 5th step), ``cudnn-benchmark`` → ``cudnn-default``
 (a new image size every step with ``torch.backends.cudnn.benchmark`` on → off) and ``small-copies`` (a dict
-batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch').
+batch of 64 pageable 8 KB tensors, each ``.to(device)``, range 'copy batch'), ``disk-loader`` (a DataLoader in the
+main process reading every sample from disk, page cache dropped per file) and ``host-metrics`` (15 ms of Python
+work after each step's optimizer, range 'metrics', no sync).
 
 Multi-rank (``gloo`` workload, under ``torchrun --nproc_per_node=8``, all ranks on GPU 0): DDP with the
 gloo backend around a 6.3M-parameter MLP; ``8rank-slow`` makes rank ``SLOW_RANK``'s loader spend
@@ -74,6 +76,8 @@ EVAL_EVERY, EVAL_BATCHES = 4, 8        # eval-every-4: every 4th step also evalu
 CHECKPOINT_EVERY = 5                   # checkpoint-every-5: torch.save every 5th step
 SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-*: step i's images are (SHAPE_BASE + SHAPE_STEP * i) px square
 SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors
+DISK_FILES = 64                        # disk-loader: sample files (3x224x224 fp32, 602 KB each), read from disk
+METRICS_S = 0.015                      # host-metrics: CPU seconds of per-step metric work after the optimizer
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -463,6 +467,52 @@ def _cudnn(mode, sched, annotate, dev) -> int:
     return AMP_BATCH
 
 
+class DiskDataset:
+    """``DISK_FILES`` .npy samples written to a temporary folder once; each read evicts its file from the page
+    cache first (posix_fadvise DONTNEED), so every sample comes from the disk, as a dataset larger than memory's."""
+
+    def __init__(self, folder: str, image: int) -> None:
+        import numpy as np
+
+        self.paths = [os.path.join(folder, f"sample_{k}.npy") for k in range(DISK_FILES)]
+        for k, path in enumerate(self.paths):
+            np.save(path, np.random.default_rng(k).standard_normal((3, image, image), dtype=np.float32))
+
+    def __len__(self) -> int:
+        return LONG_EPOCH * RESNET_BATCH
+
+    def __getitem__(self, index: int):
+        import numpy as np
+        import torch
+
+        path = self.paths[index % len(self.paths)]
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            return torch.from_numpy(np.load(f)), index % 10
+
+
+def _disk_loader(mode, sched, annotate, dev) -> int:
+    from torch.utils.data import DataLoader
+
+    with tempfile.TemporaryDirectory() as folder:
+        dataset = DiskDataset(folder, RESNET_IMAGE)
+        return _loader_steps(lambda: iter(DataLoader(dataset, batch_size=RESNET_BATCH, num_workers=0)),
+                             sched, annotate, dev)
+
+
+def _host_metrics(mode, sched, annotate, dev) -> int:
+    model, optimizer, x, y = _resnet18(dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            _train_step(model, optimizer, x, y, annotate)
+            with annotate("metrics", color="yellow"):  # Python work on the host, no sync: the GPU runs dry
+                until = time.perf_counter() + METRICS_S
+                while time.perf_counter() < until:
+                    pass
+    return RESNET_BATCH
+
+
 def _small_copies(mode, sched, annotate, dev) -> int:
     import torch
 
@@ -483,7 +533,7 @@ FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _w
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
             "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
             "eval": _eval, "small-copies": _small_copies, "checkpoint-every": _checkpoint_every,
-            "cudnn": _cudnn}
+            "cudnn": _cudnn, "disk-loader": _disk_loader, "host-metrics": _host_metrics}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,
