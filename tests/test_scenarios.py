@@ -246,3 +246,28 @@ def test_kernels_loaded_in_every_steady_step_point_at_retuning():
 def test_a_periodic_checkpoint_is_named_by_its_range():
     f = {f.rule: f for f in findings("checkpoint_every_5.sqlite")}["periodic-stall"]
     assert f.evidence["stall_steps"] == 2 and f.title.endswith("(mostly while the host works in 'save checkpoint')")
+
+
+def test_a_loader_reading_files_is_the_loader_not_file_writes():
+    """disk-loader: a DataLoader in the main process reads every sample from disk (fread before the step's first
+    launch). A host cause claims the rows of its kinds whose cause matches (file-io: writes, and file opens after
+    the first launch); it claimed every OS call before and named these reads "files written inside the step"."""
+    found = {f.rule: f for f in findings("disk_loader.sqlite")}
+    assert "file-io" not in found
+    top = findings("disk_loader.sqlite")[0]
+    assert top.rule == "dataloader-workers" and top.evidence["top_cause"] == "fread" and "num_workers" in top.snippet
+
+
+def test_sync_waits_are_not_allocator_churn():
+    """The gloo ranks' cudaStreamSynchronize waits were claimed by allocator-churn (the same bug): they are
+    host-sync's now, and no finding names a sync an allocation."""
+    found = {f.rule: f for f in findings("gloo_8rank_3.sqlite")}
+    assert "allocator-churn" not in found and "host-sync" in found
+
+
+def test_python_work_after_the_step_is_named_by_its_range():
+    """host-metrics: 15 ms of Python work after each optimizer step (range 'metrics', no sync): the GPU runs dry;
+    the residual finding names the range and says to take the work off the critical path."""
+    top = findings("host_metrics.sqlite")[0]
+    assert top.rule == "gpu-idle-unexplained" and top.evidence["cause_1"] == "nvtx_range: metrics"
+    assert "'metrics'" in top.fix and "background thread" in top.fix

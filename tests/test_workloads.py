@@ -43,7 +43,8 @@ EXPECTED_CAPTURES = [
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "compile_steady",
     "compile_graphs", "link_bound",
     "loader_2workers", "loader_12workers", "eval_every_4", "checkpoint_every_5", "cudnn_benchmark", "cudnn_default",
-    "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index", "masked_loss_ignore",
+    "disk_loader", "host_metrics", "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index",
+    "masked_loss_ignore",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -133,8 +133,10 @@ def claim_of(ev: Evidence, cls: CauseClass) -> np.ndarray:
     """The unclaimed ledger rows of one cause class."""
     ledger = ev.ledger
     mask = ledger.busy(*cls.busy) if cls.busy else np.zeros(len(ledger), dtype=bool)
-    if cls.kinds or cls.causes:
-        mask = mask | ledger.idle(cls.kinds, cls.causes, before_launch=False if cls.after_launch_only else None)
+    before_launch = False if cls.after_launch_only else None
+    if cls.kinds or cls.causes:  # rows of those kinds whose cause matches (Ledger.idle alone takes either)
+        idle = ledger.idle(cls.kinds, before_launch=before_launch) if cls.kinds else ledger.idle(before_launch=before_launch)
+        mask = mask | (idle & ledger.idle(causes=cls.causes) if cls.causes else idle)
     return mask
 
 
