@@ -100,12 +100,15 @@ def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, pr
     return sched
 
 
-def _resident_steps(model, optimizer, x, y, sched, annotate, loss_of=None) -> None:
-    """The schedule's steps on one resident batch (``Step i`` ranges around _train_step)."""
+def _resident_steps(model, optimizer, x, y, sched, annotate, loss_of=None, after=None) -> None:
+    """The schedule's steps on one resident batch (``Step i`` ranges around _train_step, then ``after(i)``, the
+    step's extra work, inside the range)."""
     for i in range(sched.total):
         sched.before_step(i)
         with annotate(f"Step {i}", color="blue"):
             _train_step(model, optimizer, x, y, annotate, loss_of)
+            if after is not None:
+                after(i)
 
 
 def _train_step(model, optimizer, x, y, annotate, loss_of=None):
@@ -421,16 +424,15 @@ def _eval(mode, sched, annotate, dev) -> int:
     import torch
 
     model, optimizer, x, y = _resnet18(dev)
-    for i in range(sched.total):
-        sched.before_step(i)
-        with annotate(f"Step {i}", color="blue"):
-            _train_step(model, optimizer, x, y, annotate)
-            if i % EVAL_EVERY == EVAL_EVERY - 1:
-                with annotate("evaluate", color="yellow"), torch.no_grad():
-                    model.eval()
-                    correct = sum(int((model(x).argmax(1) == y).sum().item()) for _ in range(EVAL_BATCHES))
-                    model.train()
-                print(f"INFO step {i}: {correct} correct", file=sys.stderr)
+
+    def evaluate(i: int) -> None:
+        if i % EVAL_EVERY == EVAL_EVERY - 1:
+            with annotate("evaluate", color="yellow"), torch.no_grad():
+                model.eval()
+                correct = sum(int((model(x).argmax(1) == y).sum().item()) for _ in range(EVAL_BATCHES))
+                model.train()
+            print(f"INFO step {i}: {correct} correct", file=sys.stderr)
+    _resident_steps(model, optimizer, x, y, sched, annotate, after=evaluate)
     return RESNET_BATCH
 
 
@@ -439,15 +441,13 @@ def _checkpoint_every(mode, sched, annotate, dev) -> int:
 
     model, optimizer, x, y = _resnet18(dev)
     path = os.path.join(tempfile.gettempdir(), f"checkpoint_{os.getpid()}.pt")
+
+    def save(i: int) -> None:
+        if i % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
+            with annotate("save checkpoint", color="yellow"):
+                torch.save({"step": i, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
     try:
-        for i in range(sched.total):
-            sched.before_step(i)
-            with annotate(f"Step {i}", color="blue"):
-                _train_step(model, optimizer, x, y, annotate)
-                if i % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
-                    with annotate("save checkpoint", color="yellow"):
-                        torch.save({"step": i, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
-                                   path)
+        _resident_steps(model, optimizer, x, y, sched, annotate, after=save)
     finally:
         if os.path.exists(path):
             os.remove(path)
@@ -501,15 +501,12 @@ def _disk_loader(mode, sched, annotate, dev) -> int:
 
 
 def _host_metrics(mode, sched, annotate, dev) -> int:
-    model, optimizer, x, y = _resnet18(dev)
-    for i in range(sched.total):
-        sched.before_step(i)
-        with annotate(f"Step {i}", color="blue"):
-            _train_step(model, optimizer, x, y, annotate)
-            with annotate("metrics", color="yellow"):  # Python work on the host, no sync: the GPU runs dry
-                until = time.perf_counter() + METRICS_S
-                while time.perf_counter() < until:
-                    pass
+    def metrics(i: int) -> None:
+        with annotate("metrics", color="yellow"):  # Python work on the host, no sync: the GPU runs dry
+            until = time.perf_counter() + METRICS_S
+            while time.perf_counter() < until:
+                pass
+    _resident_steps(*_resnet18(dev), sched, annotate, after=metrics)
     return RESNET_BATCH
 
 
