@@ -224,7 +224,7 @@ class TablePages:
             if j in later:  # its values only for the rows the test keeps: where they are, for then
                 later[j] = offset.copy(), kind
             elif j in fields:
-                got[j] = _values(words, offset, kind, size, one, zero)
+                got[j] = _values(words, offset, kind, one, zero)
             offset += size
             if j == test_after:  # the rest only for the rows the test (and the rowid range) keeps
                 rows = early[1](*(got[f][0] for f in early[0]))
@@ -233,9 +233,7 @@ class TablePages:
                 record, record_end, offset, types = record[rows], record_end[rows], offset[rows], types[rows]
                 got = _rows_of(got, rows)
                 for f, (at, kind) in later.items():
-                    kind = kind if isinstance(kind, int) else kind[rows]
-                    got[f] = _values(words, at[rows], kind, int(SERIAL_SIZE[kind]) if isinstance(kind, int)
-                                     else SERIAL_SIZE[kind], one, zero)
+                    got[f] = _values(words, at[rows], kind if isinstance(kind, int) else kind[rows], one, zero)
         if (offset > record_end).any():
             raise Unsupported("a field past its record")
         if inside is not None:
@@ -243,15 +241,15 @@ class TablePages:
         return [got[f][0] for f in fields], [got[f][1] for f in fields]
 
 
-def _values(words: np.ndarray, offset: np.ndarray, kind, size, one: int, zero: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """One integer field's values at ``offset`` (per row) and its NULL mask (None: none is NULL); ``kind``, ``size``:
-    its serial type and size in bytes, one for every row (ints) or per row (arrays); ``one``, ``zero``: where the
-    padding holds the big-endian words 1 and 0 (types 8 and 9 and NULL store no bytes)."""
+def _values(words: np.ndarray, offset: np.ndarray, kind, one: int, zero: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """One integer field's values at ``offset`` (per row) and its NULL mask (None: none is NULL); ``kind``: its
+    serial type, one for every row (an int) or per row (an array); ``one``, ``zero``: where the padding holds the
+    big-endian words 1 and 0 (types 0, 8 and 9 store no bytes)."""
     if isinstance(kind, int):
-        value = (_shifted(words, offset, VALUE_SHIFT[kind]) if size else
+        value = (_shifted(words, offset, VALUE_SHIFT[kind]) if SERIAL_SIZE[kind] else
                  np.broadcast_to(np.int64(kind == 9), offset.shape))
         return value, (np.broadcast_to(np.True_, offset.shape) if kind == 0 else None)
-    at = np.where(size > 0, offset, np.where(kind == 9, one, zero))
+    at = np.where(SERIAL_SIZE[kind] > 0, offset, np.where(kind == 9, one, zero))
     return _shifted(words, at, VALUE_SHIFT[kind]), kind == 0
 
 
