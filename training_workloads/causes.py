@@ -24,6 +24,10 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
   of the samples -100 (not to be learned); the loss keeps the others by boolean indexing
   (``logits[valid]``, ``y[valid]``: a ``nonzero`` and a host sync each) → ``cross_entropy(...,
   ignore_index=-100)``, the same value without indexing.
+* ``gil-thread`` → ``gil-process``: ResNet-18 at batch 32 on a resident batch while a background Python thread
+  runs pure-Python CPU work the whole time (a statistics loop, as a metrics or logging thread might): the
+  training thread takes the GIL back for every op → the same work in a separate process (spawned), which
+  holds no lock the training loop needs.
 
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
@@ -78,6 +82,7 @@ SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-*: step i's images are (SHAPE_BAS
 SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors
 DISK_FILES = 64                        # disk-loader: sample files (3x224x224 fp32, 602 KB each), read from disk
 METRICS_S = 0.015                      # host-metrics: CPU seconds of per-step metric work after the optimizer
+STATS_N = 2000                         # gil-*: length of the background loop's work unit (pure Python)
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -526,11 +531,40 @@ def _small_copies(mode, sched, annotate, dev) -> int:
     return RESNET_BATCH
 
 
+def busy_python(stop) -> None:
+    """Pure-Python CPU work until ``stop`` (a threading or multiprocessing Event) is set: never releases the GIL
+    except at the interpreter's switch interval (module level: a spawned process imports it)."""
+    total = 0
+    while not stop.is_set():
+        total += sum(i * i % 7 for i in range(STATS_N))
+
+
+def _gil(mode, sched, annotate, dev) -> int:
+    import multiprocessing
+    import threading
+
+    if mode == "thread":
+        stop = threading.Event()
+        worker = threading.Thread(target=busy_python, args=(stop,), name="stats", daemon=True)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        stop = ctx.Event()
+        worker = ctx.Process(target=busy_python, args=(stop,), name="stats", daemon=True)
+    worker.start()
+    try:
+        _resident_steps(*_resnet18(dev), sched, annotate)
+    finally:
+        stop.set()
+        worker.join()
+    return RESNET_BATCH
+
+
 FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
             "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
             "eval": _eval, "small-copies": _small_copies, "checkpoint-every": _checkpoint_every,
-            "cudnn": _cudnn, "disk-loader": _disk_loader, "host-metrics": _host_metrics}
+            "cudnn": _cudnn, "disk-loader": _disk_loader, "host-metrics": _host_metrics,
+            "gil": _gil}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

@@ -147,7 +147,7 @@ def programs_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backe
     if v.family == "jax":
         from . import jax_loop
 
-        jax_loop.run(**kw)
+        jax_loop.run(v.mode, **kw)
     elif v.family == "mpi":
         from . import mpi_loop
 

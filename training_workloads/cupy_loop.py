@@ -1,4 +1,4 @@
-"""CuPy programs (no torch): ``programs --variant cupy-pageable`` and ``cupy-managed``.
+"""CuPy programs (no torch): ``programs --variant cupy-pageable``, ``cupy-managed``, ``cupy-tinyops``, ``cupy-fused``.
 
 * ``pageable``: each iteration copies a 64 MiB pageable NumPy array to the GPU with
   ``ndarray.set()`` (``cupy.asarray`` would stage through CuPy's own pinned buffer), multiplies it
@@ -7,8 +7,11 @@
   host through a NumPy view, then read and written by a kernel, then read by the host every
   iteration, so its pages migrate both ways (unified-memory HtoD / DtoH transfers). Small on purpose:
   never more managed memory than the card has free (device README).
+* ``tinyops`` → ``fused``: each iteration applies ``ROUNDS`` rounds of multiply, add and tanh to a
+  ``TINY``-element float32 array, one kernel per op (72) (µs of GPU work each, more of host dispatch)
+  → the same chain as one kernel with ``@cupy.fuse()``. No sync inside the loop.
 
-Both open the capture window with ``cudaProfilerStart`` (``cupy.cuda.runtime.profilerStart``).
+All open the capture window with ``cudaProfilerStart`` (``cupy.cuda.runtime.profilerStart``).
 NVTX: ``Step {i}`` ⊃ ``copy in`` or ``host writes``, ``compute``, ``sync``, ``host reads``.
 """
 
@@ -24,6 +27,7 @@ from .schedule import StepSchedule
 PAGEABLE_BYTES, WIDTH = 64 << 20, 2048
 MANAGED_BYTES = 256 << 20
 HOST_TOUCH = 16  # managed: the host writes every HOST_TOUCH-th 4 KiB page ... and reads them back
+TINY, ROUNDS = 1 << 16, 24  # tinyops/fused: array elements; rounds of (multiply, add, tanh) per iteration
 
 
 def run(mode: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -39,8 +43,10 @@ def run(mode: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profi
                          profiler=(cp.cuda.runtime.profilerStart, cp.cuda.runtime.profilerStop))
     if mode == "pageable":
         _pageable(sched, annotate, cp, np)
-    else:
+    elif mode == "managed":
         _managed(sched, annotate, cp, np)
+    else:
+        _chain(mode == "fused", sched, annotate, cp)
     sched.finish()
     print(sched.report(workload="programs", variant=f"cupy-{mode}", world_size=1), flush=True)
     return sched
@@ -86,3 +92,18 @@ def _managed(sched, annotate, cp, np) -> None:
                 cp.cuda.Device(0).synchronize()
             with annotate("host reads", color="yellow"):
                 checks.append(float(pages[:, 1].sum()) + float(total))
+
+
+def _chain(fused: bool, sched, annotate, cp) -> None:
+    def chain(x):
+        for k in range(ROUNDS):
+            x = cp.tanh(x * 0.999 + 0.001 * k)  # a multiply, an add and a tanh kernel (all one kernel fused)
+        return x
+
+    step = cp.fuse()(chain) if fused else chain
+    x = cp.random.standard_normal(TINY, dtype=cp.float32)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("compute", color="green"):
+                x = step(x)

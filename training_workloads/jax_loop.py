@@ -1,12 +1,17 @@
-"""A JAX training loop fed from pageable host memory (no torch): ``programs --variant jax-pageable``.
+"""JAX training loops (no torch): ``programs --variant jax-pageable``, ``jax-eager`` and ``jax-jit``.
 
-An MLP (12288 → 2048 → 2048 → 10, SGD) trained with one jitted step; every step takes a fresh
+``pageable``: an MLP (12288 → 2048 → 2048 → 10, SGD) trained with one jitted step; every step takes a fresh
 pageable NumPy batch (256 × 12288 fp32, 12.6 MB, copied from a bank of 4 as a loader would hand it
 over), ``jax.device_put`` copies it to the GPU, and the loss is read back as a Python float (a host
 sync per step). ``XLA_FLAGS=--xla_gpu_enable_command_buffer=`` makes XLA launch kernels one by one
 instead of as command buffers, and preallocation is off. The capture window is opened with
 ``cuProfilerStart`` (CUDA driver, ``cuda_profiler``). NVTX: ``Step {i}`` ⊃ ``get batch``,
 ``copy batch``, ``train step``, ``log loss``.
+
+``eager`` → ``jit``: a small MLP (``SMALL_LAYERS`` x ``SMALL_WIDTH``, batch ``SMALL_BATCH``) trained on one
+resident batch; ``eager`` runs the training step op by op (each primitive dispatched from Python, a few
+kernels per op), ``jit`` compiles the same step with ``jax.jit``. The loss stays on the GPU (read once at
+the end). NVTX: ``Step {i}`` ⊃ ``train step``.
 """
 
 from __future__ import annotations
@@ -20,21 +25,22 @@ from .cuda_profiler import driver_profiler
 from .schedule import StepSchedule
 
 BATCH, FEATURES, HIDDEN, CLASSES, BANK = 256, 12288, 2048, 10, 4
+SMALL_BATCH, SMALL_WIDTH, SMALL_LAYERS = 64, 512, 6
 
 
-def run(*, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
+def run(mode: str = "pageable", *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
         nvtx_backend: Optional[str] = None) -> StepSchedule:
     os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_command_buffer=")
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     annotate, nvtx_desc = get_annotator(nvtx_backend)
-    print(f"INFO workload=programs variant=jax-pageable jax={jax.__version__} devices={jax.devices()} "
+    print(f"INFO workload=programs variant=jax-{mode} jax={jax.__version__} devices={jax.devices()} "
           f"nvtx={nvtx_desc!r}", file=sys.stderr)
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    sizes = [FEATURES, HIDDEN, HIDDEN, CLASSES]
+    small = mode != "pageable"
+    sizes = [SMALL_WIDTH] * SMALL_LAYERS + [CLASSES] if small else [FEATURES, HIDDEN, HIDDEN, CLASSES]
+    keys = jax.random.split(jax.random.PRNGKey(0), len(sizes) - 1)
     params = [(jax.random.normal(k, (a, b), jnp.float32) * (2.0 / a) ** 0.5, jnp.zeros(b, jnp.float32))
               for k, a, b in zip(keys, sizes[:-1], sizes[1:])]
 
@@ -45,18 +51,45 @@ def run(*, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: 
         logits = h @ p[-1][0] + p[-1][1]
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
-    @jax.jit
     def train_step(p, x, y):
         loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
         return jax.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, grads), loss
 
-    rng = np.random.default_rng(0)
-    bank = [rng.standard_normal((BATCH, FEATURES), dtype=np.float32) for _ in range(BANK)]
-    labels = [rng.integers(0, CLASSES, BATCH).astype(np.int32) for _ in range(BANK)]
+    if mode != "eager":
+        train_step = jax.jit(train_step)
     state = {"params": params}
     sched = StepSchedule(warmup, steps, cooldown, cuda=True, profiler_range=profiler_range,
                          sync=lambda: jax.block_until_ready(state["params"]),
                          profiler=driver_profiler() if profiler_range else None)
+    if small:
+        _resident(sched, annotate, train_step, state, jax, jnp)
+    else:
+        _pageable(sched, annotate, train_step, state, jax)
+    sched.finish()
+    print(sched.report(workload="programs", variant=f"jax-{mode}", world_size=1,
+                       batch=SMALL_BATCH if small else BATCH), flush=True)
+    return sched
+
+
+def _resident(sched, annotate, train_step, state, jax, jnp) -> None:
+    x = jax.random.normal(jax.random.PRNGKey(1), (SMALL_BATCH, SMALL_WIDTH), jnp.float32)
+    y = jax.random.randint(jax.random.PRNGKey(2), (SMALL_BATCH,), 0, CLASSES)
+    losses = []
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("train step", color="green"):
+                state["params"], loss = train_step(state["params"], x, y)
+                losses.append(loss)  # kept on the GPU
+    jax.block_until_ready(losses)
+
+
+def _pageable(sched, annotate, train_step, state, jax) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    bank = [rng.standard_normal((BATCH, FEATURES), dtype=np.float32) for _ in range(BANK)]
+    labels = [rng.integers(0, CLASSES, BATCH).astype(np.int32) for _ in range(BANK)]
     losses = []
     for i in range(sched.total):
         sched.before_step(i)
@@ -70,6 +103,3 @@ def run(*, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: 
                 state["params"], loss = train_step(state["params"], x, y)
             with annotate("log loss", color="yellow"):
                 losses.append(float(loss))
-    sched.finish()
-    print(sched.report(workload="programs", variant="jax-pageable", world_size=1, batch=BATCH), flush=True)
-    return sched

@@ -195,6 +195,11 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      capture_args="--steps 6"),
         CauseVariant("masked-loss-ignore", "masked", "ignore", "the same with cross_entropy(ignore_index=-100)",
                      capture_args="--steps 6"),
+        CauseVariant("gil-thread", "gil", "thread",
+                     "ResNet-18 b32, a background Python thread of pure-Python CPU work (a stats loop) beside "
+                     "the training loop: the two take turns on the GIL", capture_args="--steps 6"),
+        CauseVariant("gil-process", "gil", "process", "the same work in a separate process (multiprocessing, spawn)",
+                     capture_args="--steps 6"),
     )
 }
 
@@ -213,6 +218,14 @@ PROGRAM_VARIANTS: dict[str, CauseVariant] = {
     for v in (
         CauseVariant("jax-pageable", "jax", "pageable",
                      "JAX MLP training loop, a pageable NumPy batch (12.6 MB) device_put every step, loss read back"),
+        CauseVariant("jax-eager", "jax", "eager",
+                     "JAX MLP (6 x 512, batch 64) on a resident batch, the training step run op by op (no jax.jit)",
+                     capture_args="--steps 6"),
+        CauseVariant("jax-jit", "jax", "jit", "the same step under jax.jit", capture_args="--steps 6"),
+        CauseVariant("cupy-tinyops", "cupy", "tinyops",
+                     "CuPy: 24 rounds of multiply, add, tanh on a 64K-element array per iteration, one kernel per op (72)",
+                     capture_args="--steps 6"),
+        CauseVariant("cupy-fused", "cupy", "fused", "the same chain as one @cupy.fuse kernel", capture_args="--steps 6"),
         CauseVariant("cupy-pageable", "cupy", "pageable",
                      "CuPy: 64 MiB pageable ndarray.set() per iteration, matmul + reduction, sync"),
         CauseVariant("cupy-managed", "cupy", "managed",
