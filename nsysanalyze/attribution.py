@@ -72,10 +72,14 @@ OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|s
                      r"pthread_barrier_wait|sem_(timed|clock)?wait|futex|poll|ppoll|select|pselect6?|"
                      r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
                      r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
-SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch/dispatch gaps
+SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch gaps
+DISPATCH_GAP_NS = 1_000_000  # ... and than this, the host's work per operation (an eager framework's dispatch)
+GAP_LIMITS = {"idle_short_gap_ns": SHORT_GAP_NS, "idle_dispatch_gap_ns": DISPATCH_GAP_NS}
 LONG_LAUNCH_NS = 1_000_000  # a launch call this long while the GPU idles is loading its module (1000x a launch)
 LONG_INIT_NS = 10_000_000   # an allocation call this long while the GPU idles is creating the CUDA context
-WARMUP_RANGE = re.compile(r"(?i).*(compil|\bjit\b|nvrtc|autotun|\btuning|warm.?up|codegen|lowering|"
+# 'jit' as a word, not as the name of a jitted function run in steady state: XLA names the ranges of a compiled
+# program's execution 'XlaModule:#hlo_module=jit_step...#' and 'Thunk:#name=jit(step)/...#'
+WARMUP_RANGE = re.compile(r"(?i).*(compil|\bjit\b(?!\()|nvrtc|autotun|\btuning|warm.?up|codegen|lowering|"
                           r"dynamo|inductor|Torch-Compiled Region).*")
 IDLE_CHUNK = 1 << 17    # idle intervals attributed at a time (bounds the per-segment temporaries)
 HOST_CHUNK = 1 << 18    # host-interval starts in one chunk's cause timeline at most (bounds its temporaries)
@@ -975,17 +979,19 @@ def interval_causes(key: tuple[int, int], idle_s: np.ndarray, idle_e: np.ndarray
 
 def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tuple]) -> list[pd.DataFrame]:
     """Per window row of each frame (globalPid, deviceId, window_start, window_end; disjoint per device):
-    idle_gap_count (GPU idle intervals starting in it) and idle_short_gap_ns (their idle ns in gaps shorter
-    than SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop), of the device's idle
-    (``idle``: :func:`idle_by_device`) cut to the span of the frame's windows on it (:func:`_idle_within`).
-    A device's prefix sums are made once for every frame, on its idle as it is (no cut copy): the two
-    intervals cut at the span's edges are corrected on their own."""
-    out = [(np.zeros(len(w), np.int64), np.zeros(len(w), np.int64)) for w in frames]
+    idle_gap_count (GPU idle intervals starting in it), idle_short_gap_ns (their idle ns in gaps shorter than
+    SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop) and idle_dispatch_gap_ns (in gaps
+    shorter than DISPATCH_GAP_NS: the host's work per operation between launches, e.g. eager dispatch), of the
+    device's idle (``idle``: :func:`idle_by_device`) cut to the span of the frame's windows on it
+    (:func:`_idle_within`). A device's prefix sums are made once for every frame, on its idle as it is (no cut
+    copy): the two intervals cut at the span's edges are corrected on their own."""
+    out = [(np.zeros(len(w), np.int64), {c: np.zeros(len(w), np.int64) for c in GAP_LIMITS}) for w in frames]
     groups = [w.groupby(["globalPid", "deviceId"]).indices for w in frames]
     for key in dict.fromkeys(k for g in groups for k in g):
         starts, ends = idle[(int(key[0]), int(key[1]))]
-        short_cum = np.concatenate(([0], np.cumsum(_short(ends - starts))))  # short ns before each interval
-        for w, g, (count, short) in zip(frames, groups, out):
+        below_cum = {c: np.concatenate(([0], np.cumsum(_below(ends - starts, limit))))  # ns below before each interval
+                     for c, limit in GAP_LIMITS.items()}
+        for w, g, (count, below) in zip(frames, groups, out):
             if key not in g:
                 continue
             idx = g[key]
@@ -997,19 +1003,19 @@ def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tup
                 cut_start = max(int(starts[i]), a)
                 first[ws <= cut_start], end[we <= cut_start] = 0, 0
             count[idx] = end - first  # idle intervals starting in [window_start, window_end)
-            short[idx] = short_cum[i + end] - short_cum[i + first]
-            for k in {i, j - 1} if j > i else ():  # the cut intervals' short ns, where a window counts them
-                cut = min(int(ends[k]), b) - max(int(starts[k]), a)
-                fix = int(_short(cut) - _short(int(ends[k] - starts[k])))
-                if fix:
-                    short[idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
-    return [pd.DataFrame({"idle_gap_count": c, "idle_short_gap_ns": s}, index=w.index)
-            for w, (c, s) in zip(frames, out)]
+            for c, limit in GAP_LIMITS.items():
+                below[c][idx] = below_cum[c][i + end] - below_cum[c][i + first]
+                for k in {i, j - 1} if j > i else ():  # the cut intervals' ns, where a window counts them
+                    cut = min(int(ends[k]), b) - max(int(starts[k]), a)
+                    fix = int(_below(cut, limit) - _below(int(ends[k] - starts[k]), limit))
+                    if fix:
+                        below[c][idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
+    return [pd.DataFrame({"idle_gap_count": c, **below}, index=w.index) for w, (c, below) in zip(frames, out)]
 
 
-def _short(lengths):
-    """Each idle length (ns; an array or one value) when it is a short gap (below SHORT_GAP_NS), else 0."""
-    return np.where(lengths < SHORT_GAP_NS, lengths, 0)
+def _below(lengths, limit: int):
+    """Each idle length (ns; an array or one value) when it is below ``limit`` ns, else 0."""
+    return np.where(lengths < limit, lengths, 0)
 
 
 def _idle(busy: Coverage | None, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

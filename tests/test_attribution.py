@@ -65,3 +65,17 @@ def test_warm_up_and_writes_are_findings_of_their_own(context_path):
     assert "--capture-range=cudaProfilerApi" in found["warmup-capture"].fix
     assert found["file-io"].gain_ns == pytest.approx(1 * MS)
     assert "allocator-churn" not in found  # 0.5 ms of 11 ms: below the 5% a host cause needs
+
+
+@pytest.mark.parametrize("name, warming", [
+    ("KernelExecutor::compile", True), ("NVRTC", True), ("JIT compile", True), ("jit", True),
+    ("Torch-Compiled Region: 0/0", True), ("cudnn autotuning", True),
+    # XLA's ranges around a compiled program's steady-state execution name the jitted function: not warm-up
+    ("XlaModule:#hlo_module=jit_train_step,program_id=8623#", False),
+    ("Thunk:#name=jit(train_step)/jvp(),hlo_op=gemm_fusion_dot.7,unique_hlo_op_id=107374182416#", False),
+    ("train step", False), ("forward", False)])
+def test_warm_up_ranges_are_named_by_what_they_do(name, warming):
+    import pandas as pd
+
+    from nsysanalyze.attribution import _warmup_range
+    assert bool(_warmup_range(pd.Series([name])).iloc[0]) is warming

@@ -361,3 +361,44 @@ def test_unexplained_idle_with_kernels_loaded_every_step_says_the_step_keeps_ret
            gap_rows=[("os_wait", "pthread_cond_wait", 35 * MS, 0, 0), ("os_runtime", "write", 2 * MS, 0, 0)])
     (f,) = [f for f in diagnose([e]) if f.rule == "gpu-idle-unexplained"]
     assert f.fix.startswith("Kernels are loaded in every steady step (3 module loads, 40 syncs and 9 allocations") == first
+
+
+def test_a_frameworks_op_ranges_are_not_data_loading():
+    """XLA opens a range per op of a compiled program ('Thunk:#hlo_op=input_reduce_fusion...#': 'input' is a fusion
+    kind); such names are not evidence of a loader, the program's own 'get batch' is."""
+    from dataclasses import replace
+
+    from nsysanalyze.rules.input_pipeline import loads_data
+    e = ev(framework="jax", htod_count=0)
+    ops = {"Thunk:#hlo_op=input_reduce_fusion,unique_hlo_op_id={n}#": (1e4, 0.01),
+           "XlaModule:#hlo_module=jit_load_step,program_id={n}#": (1e5, 0.1), "train step": (3e5, 0.9)}
+    assert not loads_data(replace(e, subranges=ops))
+    assert loads_data(replace(e, subranges={**ops, "get batch": (1e5, 0.1)}))
+
+
+@pytest.mark.parametrize("dispatch_ns, kernels, framework, named", [
+    (36 * MS, 200, "jax", True),       # all the idle in gaps < 1 ms between 200 kernels: the host's work per op
+    (36 * MS, 200, "pytorch", True),
+    (10 * MS, 200, "jax", False),      # most of it in longer gaps (one block of host work): move it
+    (36 * MS, 10, "jax", False),       # too few kernels to speak of per-op work
+])
+def test_unexplained_idle_tells_the_hosts_work_per_op_from_one_block(dispatch_ns, kernels, framework, named):
+    """The residual finding's fix when its first cause is host work in a range: the host's work per operation
+    (compile the step) when at least half of the idle lies in gaps < 1 ms between 20 or more kernels that the host
+    issues slower than the GPU runs them; otherwise take the work off the critical path."""
+    e = ev(framework=framework, idle_fraction=0.37, idle_ns=37 * MS, kernel_count=kernels, kernel_sum_ns=10 * MS,
+           idle_dispatch_gap_ns=dispatch_ns, gap_rows=[("nvtx_range", "train step", 37 * MS, 0, 0)])
+    (f,) = diagnose([e])
+    assert ("the host's work per operation" in f.fix) is named
+    assert ("background thread" in f.fix) is not named
+    if named:
+        assert ("jax.jit" if framework == "jax" else "torch.compile") in f.fix + f.snippet
+
+
+@pytest.mark.parametrize("framework, named", [("pytorch", True), ("python", True), ("cuda", False)])
+def test_a_timed_wait_of_a_python_main_thread_is_the_gil(framework, named):
+    """pthread_cond_timedwait on the primary thread is CPython's GIL wait only in a Python program."""
+    e = ev(framework=framework, idle_fraction=0.37, idle_ns=37 * MS,
+           gap_rows=[("os_wait", "pthread_cond_timedwait", 37 * MS, 0, 0)])
+    (f,) = diagnose([e])
+    assert ("GIL" in f.fix) is named and ("multiprocessing" in f.fix + f.snippet) is named

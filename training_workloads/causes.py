@@ -25,9 +25,9 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
   (``logits[valid]``, ``y[valid]``: a ``nonzero`` and a host sync each) → ``cross_entropy(...,
   ignore_index=-100)``, the same value without indexing.
 * ``gil-thread`` → ``gil-process``: ResNet-18 at batch 32 on a resident batch while a background Python thread
-  runs pure-Python CPU work the whole time (a statistics loop, as a metrics or logging thread might): the
-  training thread takes the GIL back for every op → the same work in a separate process (spawned), which
-  holds no lock the training loop needs.
+  alternates ``STATS_BUSY_S`` of pure-Python CPU work with ``STATS_PAUSE_S`` of sleep (a metrics or logging
+  thread): the training thread waits for the GIL whenever it releases it (every op) during the busy part → the
+  same work in a separate process (spawned), which holds no lock the training loop needs.
 
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
@@ -82,7 +82,7 @@ SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-*: step i's images are (SHAPE_BAS
 SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors
 DISK_FILES = 64                        # disk-loader: sample files (3x224x224 fp32, 602 KB each), read from disk
 METRICS_S = 0.015                      # host-metrics: CPU seconds of per-step metric work after the optimizer
-STATS_N = 2000                         # gil-*: length of the background loop's work unit (pure Python)
+STATS_BUSY_S, STATS_PAUSE_S = 0.003, 0.003  # gil-*: the background loop's pure-Python work, then its sleep
 
 
 def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -532,11 +532,15 @@ def _small_copies(mode, sched, annotate, dev) -> int:
 
 
 def busy_python(stop) -> None:
-    """Pure-Python CPU work until ``stop`` (a threading or multiprocessing Event) is set: never releases the GIL
-    except at the interpreter's switch interval (module level: a spawned process imports it)."""
+    """Until ``stop`` (a threading or multiprocessing Event) is set: STATS_BUSY_S of pure-Python CPU work (it gives
+    the GIL up only at the interpreter's switch interval), then STATS_PAUSE_S asleep (module level: a spawned
+    process imports it)."""
     total = 0
     while not stop.is_set():
-        total += sum(i * i % 7 for i in range(STATS_N))
+        until = time.perf_counter() + STATS_BUSY_S
+        while time.perf_counter() < until:
+            total += sum(i * i % 7 for i in range(200))
+        stop.wait(STATS_PAUSE_S)
 
 
 def _gil(mode, sched, annotate, dev) -> int:

@@ -196,8 +196,8 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
         CauseVariant("masked-loss-ignore", "masked", "ignore", "the same with cross_entropy(ignore_index=-100)",
                      capture_args="--steps 6"),
         CauseVariant("gil-thread", "gil", "thread",
-                     "ResNet-18 b32, a background Python thread of pure-Python CPU work (a stats loop) beside "
-                     "the training loop: the two take turns on the GIL", capture_args="--steps 6"),
+                     "ResNet-18 b32, a background Python thread alternating 3 ms of pure-Python CPU work with "
+                     "3 ms of sleep (a metrics thread): the training thread waits for the GIL", capture_args="--steps 6"),
         CauseVariant("gil-process", "gil", "process", "the same work in a separate process (multiprocessing, spawn)",
                      capture_args="--steps 6"),
     )

@@ -22,8 +22,6 @@ import numpy as np
 import pandas as pd
 
 from ..ledger import EMPTY_LEDGER_ROWS, Ledger, WhatIf, combined
-from ..units import ms
-from .fixes import pick
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -144,10 +142,7 @@ def all_rules() -> list[Rule]:
 
 BOUNDED_MIN_SHARE = 0.01  # a finding its bound cuts below this share of the window is dropped
 WARMUP_DOMINATES = 0.5   # warm-up idle share of all idle that halves the other findings' confidence
-ONE_SHOT_REPEATS = 2     # median launches per kernel name at most this: the capture is one first run
-UNEXPLAINED_IDLE = 0.20   # GPU idle share of the step that must be explained
 SIGNIFICANT_PCT = 5.0     # a finding this large (% of the step) silences input-pipeline-ok
-EXPLAINED_SHARE = 0.5     # ...at least this share of it by the idle rules' findings
 
 
 @dataclass
@@ -176,6 +171,7 @@ def diagnose(evidence: list[Evidence]) -> list[Finding]:
 def diagnose_devices(evidence: list[Evidence]) -> list[Diagnosis]:
     """Run the rules in order of precedence on every device, each on the ledger rows the rules before it
     left unclaimed, then ``gpu-idle-unexplained`` on the idle no finding claimed."""
+    from .residual import unexplained_idle
     out = []
     for ev in evidence:
         mine = []
@@ -215,67 +211,3 @@ def bounded_to_nothing(f: Finding, window_ns: float) -> bool:
     w = f.what_if
     return (w is not None and w.gain_ns < w.removable_ns and window_ns > 0
             and w.gain_ns < BOUNDED_MIN_SHARE * window_ns)
-
-
-OFF_CRITICAL_PATH = ("take that work off the GPU's critical path (run it ahead of or beside the GPU work, in a "
-                     "background thread/process, or on the GPU).")
-LAUNCH_REMEDY = {  # launch overhead cannot move to another thread: the step must launch less
-    "pytorch": ("launch less per step — replay it as a CUDA graph (torch.compile(mode='reduce-overhead'), also for "
-                "a model compiled already), fuse small ops, or give each launch more work (a larger batch).", ""),
-    "default": ("launch less per step — replay its launches as a CUDA graph, fuse small kernels, or give each launch "
-                "more work.", ""),
-}
-
-
-RETUNING = {  # kernels loaded in every steady step: compilation or autotuning that never ends
-    "pytorch": ("Kernels are loaded in every steady step ({loads:.0f} module loads, {syncs:.0f} syncs and "
-                "{allocs:.0f} allocations per step): the step keeps compiling or autotuning. With changing input "
-                "shapes torch.backends.cudnn.benchmark=True autotunes every new shape and torch.compile recompiles: "
-                "keep the shapes fixed (pad or bucket them) or turn cudnn.benchmark off.", ""),
-    "default": ("Kernels are loaded in every steady step ({loads:.0f} module loads per step): something keeps "
-                "compiling or autotuning (JIT, autotuning on new shapes): keep it out of the loop.", ""),
-}
-
-
-def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
-    """GPU idle that no finding claimed: show where the attribution says the GPU waited. Its gain is that
-    idle, bounded as if the host work it waited on moved off the critical path. Its fix follows the first cause
-    (launch overhead: launch less, it cannot move to another thread) and, when the median steady step loads
-    kernels (module loads: compilation or autotuning that never ends), says that first."""
-    idle_ns, idle = ev.get("idle_ns"), ev.get("idle_fraction")
-    free = ev.ledger.idle()
-    unclaimed = ev.ledger.ns(free)
-    explained = max(0.0, idle_ns - unclaimed) if len(ev.ledger) else 0.0
-    if idle < UNEXPLAINED_IDLE or explained >= EXPLAINED_SHARE * idle_ns or ev.gaps.empty or not unclaimed:
-        return None
-    top = [{"cause_kind": kind, "cause": cause, "ns": float(ns)}  # the largest unclaimed causes
-           for (kind, cause), ns in ev.ledger.causes(free)[:3]]
-    causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {ms(r['ns'])})" for r in top)
-    first = top[0]
-    what = {"warmup": f"warm-up ({first['cause']})", "nvtx_range": f"the host work inside '{first['cause']}'",
-            "untraced": "host work that no traced call covers (Python/CPU code between GPU calls)",
-            "cuda_blocking": f"the blocking {first['cause']} calls", "os_runtime": f"the {first['cause']} calls",
-            "os_wait": f"what the host waits for in {first['cause']}", "launch": "kernel launch overhead"}
-    one_shot = ev.per == "capture" and ev.facts.get("kernel_repeats", 99) <= ONE_SHOT_REPEATS
-    remedy = pick(LAUNCH_REMEDY, ev.framework)[0] if first["cause_kind"] == "launch" else OFF_CRITICAL_PATH
-    fix = f"Most of the GPU idle comes from {what[first['cause_kind']]}: {remedy}"
-    if ev.per == "step" and ev.get("module_load_calls") >= 1:  # a median step loads kernels: no steady state, first
-        fix = pick(RETUNING, ev.framework)[0].format(loads=ev.get("module_load_calls"), syncs=ev.get("sync_wait_calls"),
-                                                     allocs=ev.get("alloc_calls")) + " " + fix
-    if ev.get("um_count") > 0:
-        fix += (" With unified memory, host accesses to managed pages fault them back one by one: prefetch them "
-                "(cudaMemPrefetchAsync) or copy explicitly before the host reads.")
-    if one_shot:
-        fix = ("This capture is one first run (its kernels run about once each): its host time is setup, compilation "
-               "and first launches, not a steady state. Profile a loop of iterations after warm-up "
-               "(--capture-range=cudaProfilerApi) before optimizing it.")
-    return make_finding(
-        ev, "gpu-idle-unexplained",
-        f"GPU idle {idle:.0%} of the {ev.per}; the GPU waited on: {causes}",
-        confidence=0.5, gain_ns=unclaimed, claim=free,
-        what_if=ev.ledger.what_if(unclaimed, host_removed_ns=unclaimed),
-        evidence={"gpu_idle_fraction": idle, "gpu_idle_ns": idle_ns, "explained_by_findings_ns": explained,
-                  "launches_per_kernel_name": ev.facts.get("kernel_repeats", float("nan")),
-                  **{f"cause_{i + 1}": f"{r['cause_kind']}: {r['cause']}" for i, r in enumerate(top)},
-                  **{f"cause_{i + 1}_ns": float(r["ns"]) for i, r in enumerate(top)}},
-        fix=fix, snippet="")

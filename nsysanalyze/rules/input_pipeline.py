@@ -140,6 +140,9 @@ x = batch_uint8.to(device, non_blocking=True).float().div_(255)   # 4x fewer byt
                 ""),
 }
 LOADER_RANGE = re.compile(r"(?i).*(batch|data|load|input|fetch|prefetch|sampl|augment|collat|decode|read).*")
+# ranges a framework opens around each op of a compiled program, named after the op, never the program's own step
+# parts: XLA's 'XlaModule:#hlo_module=jit_step...#' and 'Thunk:#hlo_op=input_reduce_fusion...#' ('input' is a fusion kind)
+OP_RANGE = re.compile(r"^(Thunk|XlaModule):#")
 LINK_RATE_SHARE = 0.8      # achieved pinned copy rate, as a share of the link class, counted as at the limit
 
 OK_FIX = {
@@ -151,9 +154,11 @@ OK_FIX = {
 
 
 def loads_data(ev: Evidence) -> bool:
-    """Evidence of data loading in the step: a host-to-device copy every step, or a loader-like NVTX sub-range
-    (a copy that happens once in a capture is an upload, not an input pipeline)."""
-    return (ev.per == "step" and ev.get("htod_count") >= 1) or any(LOADER_RANGE.fullmatch(n) for n in ev.subranges)
+    """Evidence of data loading in the step: a host-to-device copy every step, or a loader-like NVTX sub-range of
+    the program's own (a copy that happens once in a capture is an upload, not an input pipeline; a framework's
+    per-op ranges, OP_RANGE, name ops)."""
+    return (ev.per == "step" and ev.get("htod_count") >= 1) or any(
+        LOADER_RANGE.fullmatch(n) and not OP_RANGE.match(n) for n in ev.subranges)
 
 
 def dataloader_workers(ev: Evidence) -> Finding | None:

@@ -38,6 +38,22 @@ model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs under the h
 # or capture the whole step by hand: torch.cuda.CUDAGraph() + g.replay() (static inputs,
 # optimizer with capturable=True)
 """),
+    "jax": ("Cut per-kernel launch cost: XLA launches the jitted step's fused kernels one by one, so let it replay them "
+            "as CUDA graphs (command buffers: on by default in recent jaxlib unless XLA_FLAGS sets "
+            "--xla_gpu_enable_command_buffer= empty), run several steps per jitted call (jax.lax.scan over a stack of "
+            "batches), or give each step more work (a larger batch).", """
+@jax.jit
+def train_steps(params, xs, ys):   # k steps in one call: one dispatch, XLA loops on the GPU
+    return jax.lax.scan(lambda p, batch: train_step(p, *batch), params, (xs, ys))
+"""),
+    "cupy": ("Cut per-kernel launch cost: fuse the elementwise chain into one kernel (@cupy.fuse() or "
+             "cupy.ElementwiseKernel), or capture the iteration's launches in a CUDA graph once and replay it.", """
+@cupy.fuse()
+def step(x):                       # the whole elementwise chain: one kernel
+    return cupy.tanh(x * a + b)
+# or: s = cupy.cuda.Stream(non_blocking=True); with s: s.begin_capture(); run(); g = s.end_capture()
+#     then g.launch(s) every iteration
+"""),
     "cuda": ("Cut per-kernel launch cost: capture the repeated sequence of launches in a CUDA graph once and "
              "launch the graph each iteration; fuse small kernels or give each more work.", """
 cudaGraph_t graph; cudaGraphExec_t exec;
