@@ -148,6 +148,10 @@ def programs_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backe
         from . import jax_loop
 
         jax_loop.run(v.mode, **kw)
+    elif v.family == "numba":
+        from . import numba_loop
+
+        numba_loop.run(v.mode, **kw)
     elif v.family == "mpi":
         from . import mpi_loop
 

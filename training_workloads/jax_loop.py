@@ -8,16 +8,19 @@ instead of as command buffers, and preallocation is off. The capture window is o
 ``cuProfilerStart`` (CUDA driver, ``cuda_profiler``). NVTX: ``Step {i}`` ⊃ ``get batch``,
 ``copy batch``, ``train step``, ``log loss``.
 
-``eager`` → ``jit``: a small MLP (``SMALL_LAYERS`` x ``SMALL_WIDTH``, batch ``SMALL_BATCH``) trained on one
+``eager`` → ``jit`` (and ``callback`` → ``jit``): a small MLP (``SMALL_LAYERS`` x ``SMALL_WIDTH``, batch ``SMALL_BATCH``) trained on one
 resident batch; ``eager`` runs the training step op by op (each primitive dispatched from Python, a few
-kernels per op), ``jit`` compiles the same step with ``jax.jit``. The loss stays on the GPU (read once at
-the end). NVTX: ``Step {i}`` ⊃ ``train step``.
+kernels per op), ``jit`` compiles the same step with ``jax.jit``, ``callback`` is ``jit`` with a
+``jax.debug.callback`` inside the step that logs the loss on the host (``CALLBACK_S`` of Python work, as a
+logging hook left in a training step). The loss stays on the GPU (read once at the end). NVTX: ``Step {i}`` ⊃
+``train step``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Optional
 
 from .annotate import get_annotator
@@ -26,6 +29,7 @@ from .schedule import StepSchedule
 
 BATCH, FEATURES, HIDDEN, CLASSES, BANK = 256, 12288, 2048, 10, 4
 SMALL_BATCH, SMALL_WIDTH, SMALL_LAYERS = 64, 512, 6
+CALLBACK_S = 0.001  # callback: Python work of the host callback per step (formatting and keeping a log line)
 
 
 def run(mode: str = "pageable", *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
@@ -51,8 +55,18 @@ def run(mode: str = "pageable", *, steps: int = 3, warmup: int = 10, cooldown: i
         logits = h @ p[-1][0] + p[-1][1]
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
+    logged = []
+
+    def log_loss(loss) -> None:  # runs on the host, in the middle of the step
+        until = time.perf_counter() + CALLBACK_S
+        while time.perf_counter() < until:
+            line = f"loss {float(loss):.6f}"
+        logged.append(line)
+
     def train_step(p, x, y):
         loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
+        if mode == "callback":
+            jax.debug.callback(log_loss, loss)
         return jax.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, grads), loss
 
     if mode != "eager":
