@@ -310,3 +310,12 @@ def test_a_python_thread_beside_the_loop_is_named_by_the_gil():
     assert top.rule == "gpu-idle-unexplained" and top.evidence["cause_1"] == "os_wait: pthread_cond_timedwait"
     assert "GIL" in top.fix and "Process(" in top.snippet
     assert not any("GIL" in f.fix for f in findings("gil_process.sqlite"))
+
+
+def test_one_kernel_shorter_than_a_launch_per_iteration_is_launch_bound():
+    """cupy-fused: the chain fused into one 2.3 us kernel per 21 us Python iteration: fewer than 20 kernels per step,
+    but each shorter than a launch costs (LAUNCH_NS), so no host keeps the GPU fed: launch-bound. cupy-managed's
+    3 kernels of ~20 ms per step are not."""
+    top = findings("cupy_fused.sqlite")[0]
+    assert top.rule == "launch-bound" and top.title.startswith("Launch-bound: 1 kernel per step averaging 2.3 us")
+    assert "launch-bound" not in {f.rule for f in findings("cupy_managed.sqlite")}

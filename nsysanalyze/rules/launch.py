@@ -29,7 +29,8 @@ OPTIMIZER_SHARE = 0.05    # idle inside the optimizer step, as a share of the st
 # launches made inside it
 OPTIMIZER_RANGE = r"(?i)((kernel launch|between launches on another thread) in ')?.*(optimi[sz]er|optim\.|adam|sgd|lamb|lion).*"
 SHORT_GAP_SHARE = 0.5     # share of the idle spent in short gaps between kernels
-MIN_KERNELS = 20          # kernels per step for the pattern to matter
+MIN_KERNELS = 20          # kernels per step for the pattern to matter ...
+LAUNCH_NS = 10_000        # ... unless each runs shorter than a launch costs the host (µs): no host can keep it fed
 
 FIX = {
     "pytorch": ("Cut per-kernel launch cost: capture the step in a CUDA graph or compile it "
@@ -123,9 +124,11 @@ def launch_bound(ev: Evidence) -> Finding | None:
     ledger = ev.ledger
     short = ledger.ns(ledger.idle(short_gap=True, after_sync=False, free=False))  # the pattern: all such gaps
     gaps = ledger.idle(short_gap=True, after_sync=False)  # the claim: those no finding before took
-    if kernels < MIN_KERNELS or idle < IDLE_HIGH or short < SHORT_GAP_SHARE * idle_ns:
+    if not kernels or idle < IDLE_HIGH or short < SHORT_GAP_SHARE * idle_ns:
         return None
     gpu_per_kernel = ev.get("kernel_sum_ns") / kernels
+    if kernels < MIN_KERNELS and gpu_per_kernel >= LAUNCH_NS:  # a few kernels: only launch-sized ones say it
+        return None
     host_per_kernel = ev.window_ns / kernels  # the host issues one kernel per this many ns
     if host_per_kernel <= gpu_per_kernel:  # the GPU is the slower side: not launch overhead
         return None
@@ -143,7 +146,7 @@ def launch_bound(ev: Evidence) -> Finding | None:
             "than this bound, so time the loop without nsys before and after.")
     return make_finding(
         ev, "launch-bound",
-        f"Launch-bound: {kernels:.0f} kernels per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
+        f"Launch-bound: {kernels:.0f} kernel{'s' if round(kernels) != 1 else ''} per {ev.per} averaging {gpu_per_kernel / 1e3:.1f} us on the GPU but "
         f"{host_per_kernel / 1e3:.1f} us apart; {short / idle_ns:.0%} of the GPU idle is in gaps < "
         f"{SHORT_GAP_NS / 1e3:.0f} us that no sync explains",
         confidence=0.8, gain_ns=ledger.ns(gaps), claim=gaps,
