@@ -21,8 +21,11 @@ SIZE, ROUNDS, THREADS = 1 << 16, 48, 256
 
 def run(mode: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profiler_range: bool = True,
         nvtx_backend: Optional[str] = None) -> StepSchedule:
-    import numba
     import numpy as np
+
+    if not hasattr(np, "row_stack"):  # numba-cuda still registers np.row_stack, which NumPy 2.4 removed
+        np.row_stack = np.vstack
+    import numba
     from numba import cuda
 
     annotate, nvtx_desc = get_annotator(nvtx_backend)

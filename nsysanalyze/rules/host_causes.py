@@ -12,6 +12,9 @@ one: at most the rows, at most the window less the GPU and host work left.
   (``torch.cuda.empty_cache()`` every step, shapes that change, a pinned buffer made per step).
 - ``unified-memory``: unified-memory migrations (copyKind 11–13) on the critical path.
 - ``mpi-wait``: the host inside MPI calls while the GPU idles.
+- ``host-callback``: a host callback inside a compiled step (XLA's range around its callback op): the device
+  stops until the host has run it; in JAX a jitted function with callbacks (effects) also loses the C++ fast
+  dispatch path, so the step's host work before its first launch is the callback's too.
 """
 from __future__ import annotations
 
@@ -195,4 +198,44 @@ def warmup_capture(ev: Evidence) -> Finding | None:
         evidence={"first_step_ns": first, "steady_step_ns": ev.window_ns, "capture_ns": capture,
                   "warmup_share_of_capture": first / capture if capture else float("nan")},
         fix=fix, snippet=snippet)
-RULES = [host_cause(r) for r in ("file-io", "allocator-churn", "unified-memory", "mpi-wait")]
+# XLA's range around a host-callback op of a compiled program ('Thunk:#name=jit(step)/debug_callback,hlo_op=...#')
+CALLBACK_RANGE = r"Thunk:#.*\b(debug_callback|io_callback|pure_callback|host_callback)\b.*"
+CALLBACK_FIX = {
+    "jax": ("Take host callbacks (jax.debug.print, jax.debug.callback, io_callback, pure_callback) out of the training "
+            "step: return the values and read or log them outside the jitted step every N steps. A callback stops the "
+            "device until Python has run it, and a jitted function with callbacks (effects) is dispatched on JAX's "
+            "slower Python path instead of its C++ one.", """
+params, loss = train_step(params, x, y)        # no jax.debug.print / jax.debug.callback inside
+if step % 100 == 0:
+    print(f"step {step}: loss {float(loss):.4f}")   # read on the host, outside the step, every N steps
+"""),
+    "default": ("A host callback inside the compiled step stops the device until the host has run it: take it out of "
+                "the step (return the values, read them every N steps).", ""),
+}
+
+
+def host_callback(ev: Evidence) -> Finding | None:
+    """GPU idle while the host runs a callback of the compiled step (CALLBACK_RANGE's idle rows) and, in JAX, the
+    step's host work before its first launch (its dispatch, on the Python path because of the callback's effect).
+    Taking the callback out removes that host work: claimed and bounded as host work removed."""
+    ledger = ev.ledger
+    inside = ledger.idle(("nvtx_range",)) & ledger.idle(causes=CALLBACK_RANGE)
+    inside_ns = ledger.ns(inside)
+    if not ev.window_ns or inside_ns < MIN_SHARE * ev.window_ns:
+        return None
+    dispatch = (ledger.idle(("nvtx_range", "untraced"), before_launch=True) & ~inside
+                if ev.framework == "jax" and ev.per == "step" else np.zeros(len(ledger), dtype=bool))
+    dispatch_ns = ledger.ns(dispatch)
+    claim, ns = inside | dispatch, inside_ns + dispatch_ns
+    (name, _), = ledger.names(inside)[:1]
+    fix, snippet = pick(CALLBACK_FIX, ev.framework)
+    extra = f"; the {ev.per}'s dispatch before its first launch adds {ms(dispatch_ns)}" if dispatch_ns else ""
+    return make_finding(
+        ev, "host-callback",
+        f"A host callback inside the compiled {ev.per} stops the GPU {ms(inside_ns)} per {ev.per} ({name}){extra}",
+        confidence=0.8, gain_ns=ns, claim=claim, what_if=ledger.what_if(ns, host_removed_ns=ns),
+        evidence={"callback_idle_ns": inside_ns, "dispatch_idle_ns": dispatch_ns, "callback": name},
+        fix=fix, snippet=snippet)
+
+
+RULES = [host_cause(r) for r in ("file-io", "allocator-churn", "unified-memory", "mpi-wait")] + [host_callback]

@@ -174,7 +174,7 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
         return None  # the pattern, on all such idle; the claim, on what no finding before took
     claim = ledger.idle(HOST_WORK, before_launch=True)
     pre_ns = ledger.ns(claim)
-    if not pre_ns:
+    if not pre_ns or not significant(ev, pre_ns):  # the pattern held, but a finding before took nearly all of it
         return None
     top = ledger.causes(claim)
     (top_kind, top_cause), top_ns = top[0]
