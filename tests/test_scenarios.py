@@ -319,3 +319,15 @@ def test_one_kernel_shorter_than_a_launch_per_iteration_is_launch_bound():
     top = findings("cupy_fused.sqlite")[0]
     assert top.rule == "launch-bound" and top.title.startswith("Launch-bound: 1 kernel per step averaging 2.3 us")
     assert "launch-bound" not in {f.rule for f in findings("cupy_managed.sqlite")}
+
+
+def test_a_host_callback_in_the_jitted_step_is_named():
+    """jax-callback: jax-jit plus a jax.debug.callback logging the loss (1 ms of Python) inside the step: the GPU
+    stops 1.3 ms per step in XLA's debug_callback range, and the step's dispatch before its first launch takes
+    0.7 ms (0.06 ms without the callback: a jitted function with effects leaves JAX's C++ dispatch path). One
+    finding claims both, with the fix in JAX's words; no loader or sync finding is left beside it."""
+    found = findings("jax_callback.sqlite")
+    assert [f.rule for f in found] == ["host-callback"]
+    f = found[0]
+    assert "debug_callback" in f.evidence["callback"] and 1.2e6 < f.evidence["callback_idle_ns"] < 1.4e6
+    assert 0.6e6 < f.evidence["dispatch_idle_ns"] < 0.8e6 and "jax.debug" in f.fix and "torch" not in f.snippet
