@@ -5,7 +5,7 @@ Clues, strongest first:
 1. kernel names in the export's string table (``at::native::`` → PyTorch, ``tensorflow::``/``Eigen::``
    → TensorFlow, ``__omp_offloading_``/``nvkernel_`` → OpenMP/OpenACC offload, TensorRT's
    ``trt_``/``myelin``/``nvinfer``, XLA's ``*_fusion`` kernels → JAX/XLA, ``cupy_*`` → CuPy, Numba's
-   ``cudapy`` mangling, Julia's ``ptxcall_*``);
+   ``cudapy`` mangling or numba-cuda's ``[abi:v1,...]`` tag, Julia's ``ptxcall_*``);
 2. NVTX domains (``TensorRT``, ``pyprof``; ``NCCL`` and ``CCCL`` name a library, not a language;
    an ``MPI`` domain, like nsys' MPI trace tables, says MPI);
 3. library paths in the string table (OS-runtime callchains and loaded modules: ``libtorch``,
@@ -44,6 +44,7 @@ KERNEL_CLUES = [  # (framework, SQL LIKE pattern on the string table; '_' matche
     ("jax", "gemm_fusion_dot%"),  # XLA:GPU's cuBLAS/Triton GEMM fusions
     ("cupy", "cupy_%"),           # CuPy's elementwise/reduction kernels (cupy_multiply__float64_...)
     ("numba", "%cudapy%"),        # Numba's kernel mangling (_ZN6cudapy8__main__...)
+    ("numba", "%[abi:v_,%"),      # numba-cuda's ABI tag on demangled kernels (round_once[abi:v1,cw51c...](Array<...>))
     ("julia", "ptxcall_%"),       # CUDA.jl kernels
 ]
 NVTX_DOMAIN_CLUES = {"TensorRT": "tensorrt", "myelin-exec": "tensorrt", "pyprof": "pytorch"}

@@ -331,3 +331,11 @@ def test_a_host_callback_in_the_jitted_step_is_named():
     f = found[0]
     assert "debug_callback" in f.evidence["callback"] and 1.2e6 < f.evidence["callback_idle_ns"] < 1.4e6
     assert 0.6e6 < f.evidence["dispatch_idle_ns"] < 0.8e6 and "jax.debug" in f.fix and "torch" not in f.snippet
+
+
+def test_numba_launches_are_told_to_loop_inside_the_kernel():
+    """numba-tinyops: one @cuda.jit kernel launched 48 times per iteration (1.2 us of GPU work each, 25.6 us apart):
+    launch-bound, with Numba's own fix (the rounds in one kernel, an explicit signature), not PyTorch's."""
+    top = findings("numba_tinyops.sqlite")[0]
+    assert top.rule == "launch-bound" and top.evidence["kernels"] == 48
+    assert "@cuda.jit(" in top.snippet and "torch" not in top.fix + top.snippet

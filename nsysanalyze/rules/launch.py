@@ -55,6 +55,18 @@ def step(x):                       # the whole elementwise chain: one kernel
 # or: s = cupy.cuda.Stream(non_blocking=True); with s: s.begin_capture(); run(); g = s.end_capture()
 #     then g.launch(s) every iteration
 """),
+    "numba": ("Cut per-kernel launch cost: each launch from Python goes through Numba's dispatcher (tens of us), so do "
+              "the rounds inside one @cuda.jit kernel (a loop in the kernel) or give each launch more elements; an "
+              "explicit signature skips part of the per-launch type dispatch.", """
+@cuda.jit("void(float32[:], float32, float32, int32)")   # compiled once for these types
+def all_rounds(x, a, b, rounds):
+    i = cuda.grid(1)
+    if i < x.size:
+        v = x[i]
+        for k in range(rounds):                            # the rounds in one launch
+            v = math.tanh(v * a + b * k)
+        x[i] = v
+"""),
     "cuda": ("Cut per-kernel launch cost: capture the repeated sequence of launches in a CUDA graph once and "
              "launch the graph each iteration; fuse small kernels or give each more work.", """
 cudaGraph_t graph; cudaGraphExec_t exec;
