@@ -32,6 +32,11 @@ SHORT_GAP_SHARE = 0.5     # share of the idle spent in short gaps between kernel
 MIN_KERNELS = 20          # kernels per step for the pattern to matter ...
 LAUNCH_NS = 10_000        # ... unless each runs shorter than a launch costs the host (µs): no host can keep it fed
 
+CUPY_FUSE = """
+@cupy.fuse()
+def step(x):                       # the whole elementwise chain: one kernel
+    return cupy.tanh(x * a + b)"""
+
 FIX = {
     "pytorch": ("Cut per-kernel launch cost: capture the step in a CUDA graph or compile it "
                 "(torch.compile(mode='reduce-overhead') uses CUDA graphs); fuse small ops, or use a larger batch.", """
@@ -48,10 +53,8 @@ def train_steps(params, xs, ys):   # k steps in one call: one dispatch, XLA loop
     return jax.lax.scan(lambda p, batch: train_step(p, *batch), params, (xs, ys))
 """),
     "cupy": ("Cut per-kernel launch cost: fuse the elementwise chain into one kernel (@cupy.fuse() or "
-             "cupy.ElementwiseKernel), or capture the iteration's launches in a CUDA graph once and replay it.", """
-@cupy.fuse()
-def step(x):                       # the whole elementwise chain: one kernel
-    return cupy.tanh(x * a + b)
+             "cupy.ElementwiseKernel), or capture the iteration's launches in a CUDA graph once and replay it.",
+             CUPY_FUSE + """
 # or: s = cupy.cuda.Stream(non_blocking=True); with s: s.begin_capture(); run(); g = s.end_capture()
 #     then g.launch(s) every iteration
 """),

@@ -21,7 +21,7 @@ from ..framework import PYTHON_FRAMEWORKS
 from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import pick
-from .launch import MIN_KERNELS, SHORT_GAP_SHARE
+from .launch import CUPY_FUSE, MIN_KERNELS, SHORT_GAP_SHARE
 
 ONE_SHOT_REPEATS = 2     # median launches per kernel name at most this: the capture is one first run
 UNEXPLAINED_IDLE = 0.20   # GPU idle share of the step that must be explained
@@ -63,11 +63,7 @@ def train_step(x, y):
     ...
 """),
     "cupy": ("fuse the elementwise chains into single kernels (@cupy.fuse(), cupy.ElementwiseKernel) and keep Python "
-             "logic out of the loop over arrays.", """
-@cupy.fuse()
-def step(x):            # the whole elementwise chain: one kernel
-    return cupy.tanh(x * a + b)
-"""),
+             "logic out of the loop over arrays.", CUPY_FUSE),
     "default": ("issue fewer, larger operations: compile or fuse the step, or give each operation more work (a larger "
                 "batch).", ""),
 }
