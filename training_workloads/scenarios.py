@@ -12,7 +12,8 @@
   graph's kernels.
 * ``gpu-bound`` — ResNet-18 at batch 128 on resident data: a healthy GPU-bound loop; at batch 32 with
   ``sync-per-param`` (each parameter's gradient norm read with ``.item()``: 62 host syncs per step)
-  and ``io-midstep`` (64 MB of logs written to a file inside the step, range ``write log``).
+  and ``io-midstep`` (64 MB of logs written to a file inside the step, range ``write log``); at batch 128
+  with ``sync-timing`` (``torch.cuda.synchronize()`` after every step to time it, range ``timing``).
 
 NVTX: ``Step {i}`` ⊃ ``forward``/``backward``/``optimizer``/``log outputs`` (dtoh),
 ``iter {i}`` (tinyops), ``Batch {i}`` ⊃ ``Compute`` (gpu-bound).
@@ -172,11 +173,12 @@ def _tinyops(mode: str, sched: StepSchedule, annotate, dev) -> None:
 def _gpu_bound(mode: str, sched: StepSchedule, annotate, dev) -> None:
     import os
     import tempfile
+    import time
 
     import torch
     import torchvision
 
-    batch = GPU_BOUND_BATCH if mode == "resident" else SMALL_BATCH
+    batch = GPU_BOUND_BATCH if mode in ("resident", "sync-timing") else SMALL_BATCH
     model = torchvision.models.resnet18().to(dev).train()
     optimizer = torch.optim.Adam(model.parameters())
     data = torch.randn(batch, 3, GPU_BOUND_IMAGE, GPU_BOUND_IMAGE, device=dev)
@@ -184,6 +186,7 @@ def _gpu_bound(mode: str, sched: StepSchedule, annotate, dev) -> None:
     log_payload = os.urandom(LOG_BYTES) if mode == "write-log" else b""
     log_path = os.path.join(tempfile.gettempdir(), f"io_midstep_{os.getpid()}.log")
     grad_norms: list[float] = []
+    step_ends: list[float] = []
     for i in range(sched.total):
         sched.before_step(i)
         with annotate(f"Batch {i}", color="blue"):
@@ -202,6 +205,10 @@ def _gpu_bound(mode: str, sched: StepSchedule, annotate, dev) -> None:
             with annotate("optimizer", color="green"):
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+            if mode == "sync-timing":
+                with annotate("timing", color="yellow"):
+                    torch.cuda.synchronize()  # the step's wall time, as a hand-rolled timer takes it
+                    step_ends.append(time.perf_counter())
     if os.path.exists(log_path):
         os.remove(log_path)
     del grad_norms

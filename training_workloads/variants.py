@@ -98,6 +98,8 @@ SCENARIO_VARIANTS: dict[str, ScenarioVariant] = {
         ScenarioVariant("sync-per-param", "gpu-bound", "grad-norm-items",
                         "gpu-bound at batch 32, logging each parameter's gradient norm with .item() every step "
                         "(62 host syncs per step)"),
+        ScenarioVariant("sync-timing", "gpu-bound", "sync-timing",
+                        "gpu-bound (batch 128) with torch.cuda.synchronize() after every step to time it (range 'timing')"),
         ScenarioVariant("io-midstep", "gpu-bound", "write-log",
                         "gpu-bound at batch 32, writing 64 MB of logs to a file inside the step (range 'write log')"),
     )
