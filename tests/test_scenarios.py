@@ -23,9 +23,11 @@ def test_top_finding_follows_the_cause(name, top):
 
 
 @pytest.mark.parametrize("name", ["dtoh_pinned_async.sqlite", "dtoh_deferred.sqlite", "tinyops_graphs.sqlite",
-                                  "gpu_bound.sqlite"])
+                                  "gpu_bound.sqlite", "sync_timing.sqlite"])
 def test_fixed_or_healthy_loops_have_nothing_to_fix(name):
-    """The fixes of the scenarios above (pinned async copies, deferred syncs, CUDA graphs) and a GPU-bound loop."""
+    """The fixes of the scenarios above (pinned async copies, deferred syncs, CUDA graphs), a GPU-bound loop, and
+    the same loop synchronizing after every step to time it (unprofiled 25.34 against 25.02 ms a step: a sync in a
+    GPU-bound loop costs ~1%, and no finding claims it)."""
     assert [f.rule for f in findings(name)] == ["input-pipeline-ok"]
 
 
