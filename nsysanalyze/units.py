@@ -1,5 +1,5 @@
 """One number format per quantity, for every output (renderers, finding titles, notes): times in ms with
-thousands separators ('12,843.3 ms'), sizes auto-scaled ('51.2 GB', '8 B'), fractions in %, counts as
+thousands separators ('12,843.3 ms'; three decimals under 0.05 ms), sizes auto-scaled ('51.2 GB', '8 B'), fractions in %, counts as
 integers with separators. Input units: ns, bytes, fractions in [0, 1]."""
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ def _missing(x) -> bool:
 
 
 def ms(ns) -> str:
-    """ns → '1,234.5 ms' ('-' when unknown)."""
-    return "-" if _missing(ns) else f"{ns / 1e6:,.1f} ms"
+    """ns → '1,234.5 ms'; under 0.05 ms, which one decimal would show as 0.0, three ('0.021 ms'); '-' when
+    unknown."""
+    if _missing(ns):
+        return "-"
+    return f"{ns / 1e6:.3f} ms" if 0 < abs(ns) < 50_000 else f"{ns / 1e6:,.1f} ms"
 
 
 def pct(x) -> str:

@@ -26,6 +26,8 @@ def run(*args):
 
 def test_one_format_per_quantity():
     assert ms(12_843_300_000) == "12,843.3 ms" and ms(4.0e6) == "4.0 ms"
+    # a µs-scale step (a fused kernel per iteration) is not '0.0 ms': three decimals where one would show nothing
+    assert ms(21_152) == "0.021 ms" and ms(-4_000) == "-0.004 ms" and ms(0) == "0.0 ms" and ms(50_000) == "0.1 ms"
     assert size(51.2e9) == "51.2 GB" and size(8) == "8 B" and size(201_327_104) == "201.3 MB"
     outputs = [run("diagnose", f, "--details", *fmt) for f in (BASELINE, DTOH) for fmt in ((), ("--format", "markdown"))]
     for out in outputs:
