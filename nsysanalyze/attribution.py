@@ -983,14 +983,13 @@ def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tup
     SHORT_GAP_NS: the µs-scale gaps between launches of a launch-bound loop) and idle_dispatch_gap_ns (in gaps
     shorter than DISPATCH_GAP_NS: the host's work per operation between launches, e.g. eager dispatch), of the
     device's idle (``idle``: :func:`idle_by_device`) cut to the span of the frame's windows on it
-    (:func:`_idle_within`). A device's prefix sums are made once for every frame, on its idle as it is (no cut
-    copy): the two intervals cut at the span's edges are corrected on their own."""
+    (:func:`_idle_within`). A device's prefix sums are made once per gap class for every frame, in one array, on
+    its idle as it is (no cut copy): the two intervals cut at the span's edges are corrected on their own."""
     out = [(np.zeros(len(w), np.int64), {c: np.zeros(len(w), np.int64) for c in GAP_LIMITS}) for w in frames]
     groups = [w.groupby(["globalPid", "deviceId"]).indices for w in frames]
     for key in dict.fromkeys(k for g in groups for k in g):
         starts, ends = idle[(int(key[0]), int(key[1]))]
-        below_cum = {c: np.concatenate(([0], np.cumsum(_below(ends - starts, limit))))  # ns below before each interval
-                     for c, limit in GAP_LIMITS.items()}
+        spans = []  # per frame with windows on this device: its rows and their first/end interval (after i)
         for w, g, (count, below) in zip(frames, groups, out):
             if key not in g:
                 continue
@@ -1003,11 +1002,16 @@ def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tup
                 cut_start = max(int(starts[i]), a)
                 first[ws <= cut_start], end[we <= cut_start] = 0, 0
             count[idx] = end - first  # idle intervals starting in [window_start, window_end)
-            for c, limit in GAP_LIMITS.items():
-                below[c][idx] = below_cum[c][i + end] - below_cum[c][i + first]
+            spans.append((below, idx, a, b, i, j, first, end))
+        lengths = ends - starts
+        cum = np.zeros(lengths.size + 1, dtype=np.int64)  # one gap class's ns before each interval, reused
+        for c, limit in GAP_LIMITS.items():
+            np.cumsum(np.multiply(lengths, lengths < limit, out=cum[1:]), out=cum[1:])
+            for below, idx, a, b, i, j, first, end in spans:
+                below[c][idx] = cum[i + end] - cum[i + first]
                 for k in {i, j - 1} if j > i else ():  # the cut intervals' ns, where a window counts them
                     cut = min(int(ends[k]), b) - max(int(starts[k]), a)
-                    fix = int(_below(cut, limit) - _below(int(ends[k] - starts[k]), limit))
+                    fix = int(_below(cut, limit) - _below(int(lengths[k]), limit))
                     if fix:
                         below[c][idx] += np.where((first <= k - i) & (k - i < end), fix, 0)
     return [pd.DataFrame({"idle_gap_count": c, **below}, index=w.index) for w, (c, below) in zip(frames, out)]
