@@ -402,3 +402,18 @@ def test_a_timed_wait_of_a_python_main_thread_is_the_gil(framework, named):
            gap_rows=[("os_wait", "pthread_cond_timedwait", 37 * MS, 0, 0)])
     (f,) = diagnose([e])
     assert ("GIL" in f.fix) is named and ("multiprocessing" in f.fix + f.snippet) is named
+
+
+@pytest.mark.parametrize("framework, gain_ms", [("jax", 20), ("cupy", 13)])
+def test_a_host_callback_claims_its_range_and_in_jax_the_steps_dispatch(framework, gain_ms):
+    """host-callback: the idle in XLA's callback range (13 ms) and, in JAX only, the step's own range before its
+    first launch (7 ms: a jitted function with effects is dispatched on the Python path); a loader's range before
+    the launch ('get batch', 5 ms) stays the loader's."""
+    callback = "Thunk:#name=jit(step)/debug_callback,hlo_op=debug_callback.{n},unique_hlo_op_id={n}#"
+    e = ev(framework=framework, idle_fraction=0.25, idle_ns=25 * MS, htod_count=1,
+           gap_rows=[("nvtx_range", callback, 13 * MS, 0, 13 * MS), ("nvtx_range", "train step", 7 * MS, 7 * MS, 0),
+                     ("nvtx_range", "get batch", 5 * MS, 5 * MS, 0)])
+    found = {f.rule: f for f in diagnose([e])}
+    f = found["host-callback"]
+    assert f.gain_ns == gain_ms * MS and f.evidence["callback"] == callback
+    assert ("jax.debug" in f.fix) is (framework == "jax")

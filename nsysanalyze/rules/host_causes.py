@@ -25,6 +25,7 @@ import numpy as np
 from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import Fix, pick
+from .input_pipeline import LOADER_RANGE
 
 MIN_SHARE = 0.05   # a host cause worth its own finding, as a share of the window
 WRITE_CALLS = r"(f?write\w*|writev|pwritev?\d*|fsync|fdatasync|sync_file_range|fflush|msync)"
@@ -216,14 +217,16 @@ if step % 100 == 0:
 
 def host_callback(ev: Evidence) -> Finding | None:
     """GPU idle while the host runs a callback of the compiled step (CALLBACK_RANGE's idle rows) and, in JAX, the
-    step's host work before its first launch (its dispatch, on the Python path because of the callback's effect).
+    step's host work before its first launch in its own ranges, not loader-like ones (its dispatch, on the Python
+    path because of the callback's effect).
     Taking the callback out removes that host work: claimed and bounded as host work removed."""
     ledger = ev.ledger
     inside = ledger.idle(("nvtx_range",)) & ledger.idle(causes=CALLBACK_RANGE)
     inside_ns = ledger.ns(inside)
     if not ev.window_ns or inside_ns < MIN_SHARE * ev.window_ns:
         return None
-    dispatch = (ledger.idle(("nvtx_range", "untraced"), before_launch=True) & ~inside
+    # the step's own ranges before its first launch, not a loader's ('get batch' is the loader's however it runs)
+    dispatch = (ledger.idle(("nvtx_range",), before_launch=True) & ~inside & ~ledger.idle(causes=LOADER_RANGE.pattern)
                 if ev.framework == "jax" and ev.per == "step" else np.zeros(len(ledger), dtype=bool))
     dispatch_ns = ledger.ns(dispatch)
     claim, ns = inside | dispatch, inside_ns + dispatch_ns
