@@ -116,7 +116,7 @@ def _remedy(ev: Evidence, first: dict) -> tuple[str, str, str]:
                 f"({ev.get('idle_dispatch_gap_ns') / ev.get('idle_ns'):.0%} of the idle in gaps < "
                 f"{DISPATCH_GAP_NS / 1e6:.0f} ms; the host takes {ev.window_ns / kernels / 1e3:.0f} us per kernel, "
                 f"the GPU {ev.get('kernel_sum_ns') / kernels / 1e3:.1f} us): that is the host's work per operation "
-                "(an eager framework's dispatch), not one block of work to move elsewhere", fix, snippet)
+                "(such as an eager framework's dispatch), not one block of work to move elsewhere", fix, snippet)
     return what, OFF_CRITICAL_PATH, ""
 
 
