@@ -73,7 +73,7 @@ OS_WAIT = re.compile(r"^(pthread_cond_(timed|clock)?wait|pthread_(mutex|rwlock|s
                      r"epoll_p?wait\d?|(clock_)?nanosleep|usleep|sleep|sched_yield|wait(pid|id|4)?|"
                      r"accept4?|recv(from|msg|mmsg)?|msgrcv|sigwait\w*|sigtimedwait|pause)$")
 SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch gaps
-DISPATCH_GAP_NS = 1_000_000  # ... and than this, the host's work per operation (an eager framework's dispatch)
+DISPATCH_GAP_NS = 1_000_000  # ... and than this, the host's work per operation (e.g. an eager framework's dispatch)
 GAP_LIMITS = {"idle_short_gap_ns": SHORT_GAP_NS, "idle_dispatch_gap_ns": DISPATCH_GAP_NS}
 LONG_LAUNCH_NS = 1_000_000  # a launch call this long while the GPU idles is loading its module (1000x a launch)
 LONG_INIT_NS = 10_000_000   # an allocation call this long while the GPU idles is creating the CUDA context
@@ -1018,7 +1018,8 @@ def idle_gap_metrics(frames: list[pd.DataFrame], idle: dict[tuple[int, int], tup
 
 
 def _below(lengths, limit: int):
-    """Each idle length (ns; an array or one value) when it is below ``limit`` ns, else 0."""
+    """Each idle length (ns; an array or one value) when it is below ``limit`` ns, else 0 (the prefix sums of
+    idle_gap_metrics compute the same in place)."""
     return np.where(lengths < limit, lengths, 0)
 
 

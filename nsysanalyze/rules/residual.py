@@ -4,7 +4,7 @@ says the GPU waited, with a fix that follows its first cause.
 - launch overhead: launch less (it cannot move to another thread);
 - host work inside the step that is spread over the gaps between many kernels (at least SHORT_GAP_SHARE of the
   idle in gaps < DISPATCH_GAP_NS, the host spending more per kernel than the GPU): the host's work per operation
-  (an eager framework's dispatch), which compiling or fusing the step removes, not one block of work to move;
+  (such as an eager framework's dispatch), which compiling or fusing the step removes, not one block of work to move;
 - in a Python program, the primary thread's ``pthread_cond_timedwait``: CPython's wait for the GIL (``take_gil``;
   Python-level locks and queues wait in ``sem_*wait``), held by another Python thread of the process;
 - anything else: take the work off the GPU's critical path.
@@ -90,10 +90,11 @@ RETUNING = {  # kernels loaded in every steady step: compilation or autotuning t
 
 def dispatch_bound(ev: Evidence) -> bool:
     """Whether the idle is the host's work per operation: at least MIN_KERNELS kernels, SHORT_GAP_SHARE of the
-    idle in gaps < DISPATCH_GAP_NS between them, and the host issuing a kernel less often than the GPU runs one."""
-    kernels, idle_ns = ev.get("kernel_count"), ev.get("idle_ns")
-    return (kernels >= MIN_KERNELS and idle_ns > 0 and ev.get("idle_dispatch_gap_ns") >= SHORT_GAP_SHARE * idle_ns
-            and ev.window_ns / kernels > ev.get("kernel_sum_ns") / kernels)
+    idle in gaps < DISPATCH_GAP_NS between them, and the host issuing a kernel less often than the GPU runs one
+    (window / kernels > kernel time / kernels, i.e. the window is longer than the kernels' summed time, ns)."""
+    idle_ns = ev.get("idle_ns")
+    return (ev.get("kernel_count") >= MIN_KERNELS and idle_ns > 0
+            and ev.get("idle_dispatch_gap_ns") >= SHORT_GAP_SHARE * idle_ns and ev.window_ns > ev.get("kernel_sum_ns"))
 
 
 def _remedy(ev: Evidence, first: dict) -> tuple[str, str, str]:
