@@ -28,6 +28,10 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
   alternates ``STATS_BUSY_S`` of pure-Python CPU work with ``STATS_PAUSE_S`` of sleep (a metrics or logging
   thread): the training thread waits for the GIL whenever it releases it (every op) during the busy part → the
   same work in a separate process (spawned), which holds no lock the training loop needs.
+* ``launch-blocking``, ``anomaly-mode``, ``no-caching-allocator`` → ``debug-off``: ResNet-18 at batch 32 on a
+  resident batch with a debugging setting left on: ``CUDA_LAUNCH_BLOCKING=1`` (each launch returns once its kernel
+  ran), ``torch.autograd.set_detect_anomaly(True)`` (a NaN check, read on the host, per backward node) or
+  ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` (``cudaMalloc``/``cudaFree`` per tensor) → none of them.
 
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
@@ -90,6 +94,7 @@ def run(variant: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, pr
     import torch
 
     v = CAUSE_VARIANTS[variant]
+    os.environ.update(dict(v.env))  # read when CUDA (and its caching allocator) starts, below
     if not torch.cuda.is_available():
         raise RuntimeError("the cause workloads need a CUDA device")
     dev = torch.device("cuda")
@@ -563,12 +568,25 @@ def _gil(mode, sched, annotate, dev) -> int:
     return RESNET_BATCH
 
 
+def _debug(mode, sched, annotate, dev) -> int:
+    """ResNet-18 b32 on a resident batch; ``launch-blocking`` and ``no-caching`` set their variable through
+    ``CauseVariant.env``, ``anomaly`` turns on autograd's anomaly detection, ``off`` is the plain loop."""
+    import torch
+
+    torch.autograd.set_detect_anomaly(mode == "anomaly")
+    print(f"INFO debug: mode={mode} CUDA_LAUNCH_BLOCKING={os.environ.get('CUDA_LAUNCH_BLOCKING')} "
+          f"PYTORCH_NO_CUDA_MEMORY_CACHING={os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING')} "
+          f"anomaly={torch.is_anomaly_enabled()}", file=sys.stderr)
+    _resident_steps(*_resnet18(dev), sched, annotate)
+    return RESNET_BATCH
+
+
 FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
             "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
             "eval": _eval, "small-copies": _small_copies, "checkpoint-every": _checkpoint_every,
             "cudnn": _cudnn, "disk-loader": _disk_loader, "host-metrics": _host_metrics,
-            "gil": _gil}
+            "gil": _gil, "debug": _debug}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

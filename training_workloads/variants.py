@@ -123,6 +123,7 @@ class CauseVariant:
     capture_args: str = ""
     nproc: int = 0
     launcher: str = "torchrun"
+    env: tuple[tuple[str, str], ...] = ()  # environment set before torch starts CUDA (a setting left on)
 
 
 CAUSE_VARIANTS: dict[str, CauseVariant] = {
@@ -201,6 +202,16 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      "ResNet-18 b32, a background Python thread alternating 3 ms of pure-Python CPU work with "
                      "3 ms of sleep (a metrics thread): the training thread waits for the GIL", capture_args="--steps 6"),
         CauseVariant("gil-process", "gil", "process", "the same work in a separate process (multiprocessing, spawn)",
+                     capture_args="--steps 6"),
+        CauseVariant("launch-blocking", "debug", "launch-blocking",
+                     "ResNet-18 b32 on a resident batch with CUDA_LAUNCH_BLOCKING=1 left set (every launch waits "
+                     "for its kernel)", capture_args="--steps 6", env=(("CUDA_LAUNCH_BLOCKING", "1"),)),
+        CauseVariant("anomaly-mode", "debug", "anomaly",
+                     "the same with torch.autograd.set_detect_anomaly(True) left on", capture_args="--steps 6"),
+        CauseVariant("no-caching-allocator", "debug", "no-caching",
+                     "the same with PYTORCH_NO_CUDA_MEMORY_CACHING=1 left set (cudaMalloc/cudaFree per tensor)",
+                     capture_args="--steps 6", env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)),
+        CauseVariant("debug-off", "debug", "off", "the same with no debug setting (the fixed twin of the three)",
                      capture_args="--steps 6"),
     )
 }
