@@ -82,13 +82,13 @@ class Analysis:
         self.close()
 
     # ---- stage 1: steps -------------------------------------------------------------
-    # Only what the pipeline uses is loaded: kernels with the columns the metrics, the step projection
-    # (correlationId, only when steps are projected) and the per-kernel table (demangledId) need, each
+    # Only what the pipeline uses is loaded: kernels with the columns the metrics, the step projection and the
+    # launches' waits (correlationId) and the per-kernel table (demangledId) need, each
     # dropped once used; runtime calls by API name (see _runtime_calls and _project).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
-        cols = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId"]
-        return self.trace.gpu_table("kernels", cols + (["correlationId"] if self._projects_steps else []))
+        cols = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId", "correlationId"]
+        return self.trace.gpu_table("kernels", cols)
 
     @cached_property
     def _memcpys(self) -> pd.DataFrame:
@@ -216,7 +216,9 @@ class Analysis:
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
-        # streams and correlationIds are done with (the steps are projected)
+        launches = [i for i, c in M.api_categories(self._api_names).items() if c == "launch"]
+        waits = M.launch_waits(windows, self._kernels, self._runtime_calls, launches)
+        # streams and correlationIds are done with (the steps are projected, the launches joined)
         kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)
         runtime = M.classify_runtime(self._runtime_calls.drop(columns="correlationId"), self._api_names)
@@ -252,7 +254,7 @@ class Analysis:
             self.__dict__["_gaps"], munmap = SEG.attribute_in_segments(capture, steps_at, idle, sources, syncs,
                                                                        os_calls, t.osrt_rowids(), windows)
         del sources, os_calls
-        cpu = pd.concat([cpu, munmap], axis=1)
+        cpu = pd.concat([cpu, waits, munmap], axis=1)
         gaps = pd.concat(A.idle_gap_metrics([w.reset_index(drop=True) for w in (steps, capture) if len(w)], idle),
                          ignore_index=True)
         del idle

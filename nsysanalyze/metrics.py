@@ -33,6 +33,11 @@ clipped to the window; counts and bytes are attributed by activity start):
   of precedence: compute (non-NCCL kernels), NCCL kernels beyond compute, then each copy class beyond
   kernels and the classes before it, then memsets; they sum to busy_ns (the ledger's busy rows)
 - um_* (copyKind 11-13, unified-memory migrations): bytes, count, ns
+- launch_blocked_kernel_ns: the summed durations of the window's kernels (by start, as kernel_sum_ns) that ended
+  before their launch call returned; launch_wait_ns: the host ns those calls spent from their kernel's start (or
+  their own, when later) to their return. An asynchronous launch returns once its kernel is queued, so only a
+  kernel shorter than the call's tail can end first; a launch that returns after its kernel ran waited for it
+  (CUDA_LAUNCH_BLOCKING=1, or a tool that serializes launches)
 """
 from __future__ import annotations
 
@@ -377,6 +382,54 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
                         api_calls["end"].to_numpy(), api.codes, columns)
     for name, values in sums.items():
         out[name] = values
+    return out
+
+
+def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataFrame, launch_ids) -> pd.DataFrame:
+    """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: start,
+    end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId, nameId (calls
+    named by ``launch_ids`` launch kernels; a kernel matches the launch of its process with its correlationId).
+    Kernels are joined a block at a time; only those that ended inside their call are kept."""
+    out = pd.DataFrame({"launch_blocked_kernel_ns": np.zeros(len(windows), dtype=np.int64),
+                        "launch_wait_ns": np.zeros(len(windows), dtype=np.int64)}, index=windows.index)
+    if windows.empty or kernels.empty or runtime.empty:
+        return out
+    is_launch = np.isin(runtime["nameId"].to_numpy(), np.asarray(list(launch_ids), dtype=np.int64))
+    calls = {}  # process -> its launches' correlationIds (sorted), starts and ends in that order
+    c_tid = runtime["globalTid"].to_numpy()[is_launch]
+    c_corr, c_start, c_end = (runtime[c].to_numpy()[is_launch] for c in ("correlationId", "start", "end"))
+    for (pid,), idx in group_indices(pid_of(c_tid)):
+        idx = np.arange(c_tid.size) if idx is None else idx
+        order = idx[np.argsort(c_corr[idx], kind="stable")]
+        calls[int(pid)] = (c_corr[order], c_start[order], c_end[order])
+    k_pid, k_dev, k_corr, k_start, k_end = (kernels[c].to_numpy() for c in
+                                            ("globalPid", "deviceId", "correlationId", "start", "end"))
+
+    def blocked(block: slice) -> tuple[np.ndarray, ...]:  # (rows, call start, call end) of kernels ended inside their call
+        rows, call_start, call_end = [], [], []
+        for (pid,), idx in group_indices(k_pid[block]):
+            if int(pid) not in calls:
+                continue
+            at = np.arange(block.start, block.stop)[idx if idx is not None else slice(None)]
+            corr, start, end = calls[int(pid)]
+            pos = np.minimum(np.searchsorted(corr, k_corr[at]), corr.size - 1)
+            inside = (corr[pos] == k_corr[at]) & (k_end[at] <= end[pos])
+            rows.append(at[inside])
+            call_start.append(start[pos[inside]])
+            call_end.append(end[pos[inside]])
+        return tuple(np.concatenate(x) if x else np.empty(0, np.int64) for x in (rows, call_start, call_end))
+    parts = list(in_blocks(blocked, row_blocks(len(kernels))))
+    rows, call_start, call_end = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    if rows.size == 0:
+        return out
+    start = k_start[rows]
+    duration, wait = k_end[rows] - start, call_end - np.maximum(start, call_start)
+    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
+    for (pid, dev), w_rows in windows.groupby(["globalPid", "deviceId"]).indices.items():
+        mine = (k_pid[rows] == pid) & (k_dev[rows] == dev)
+        a, b = w_start[w_rows], w_end[w_rows]
+        out.iloc[w_rows, 0] = sum_in_windows(start[mine], duration[mine], a, b)
+        out.iloc[w_rows, 1] = sum_in_windows(start[mine], wait[mine], a, b)
     return out
 
 

@@ -228,7 +228,9 @@ def test_host_sync_without_copies():
     (dict(htod_count=3, htod_bytes=3e6, htod_pageable_bytes=1.5e6), {}, "The syncs come with the step's 3 host-to-device "
      "copies: .to(device) without non_blocking=True waits for each copy (3.0 MB, 50% of it from pageable memory)"),
     (dict(htod_count=1), {}, "Remove per-step host synchronizations"),                 # 1 copy for 3 syncs
-    (dict(htod_count=3, htod_bytes=3e6), dict(dtoh_count=3), "Remove per-step host synchronizations"),  # reads back
+    (dict(htod_count=3, htod_bytes=3e6), dict(dtoh_count=3, dtoh_bytes=12), "Remove per-step host synchronizations"),
+    (dict(htod_count=1), dict(dtoh_count=3, dtoh_bytes=3), "Each sync reads one byte back: the host checks a boolean "
+     "flag (3 per step: if t.any():, bool(t), torch.isnan(x).any()), and waits for the GPU each time. Keep"),  # flags
 ])
 def test_host_sync_names_copies_to_the_gpu_as_the_source_when_they_come_with_the_syncs(copies, back, starts):
     """3 syncs per step: with at least half as many host-to-device copies and no copies back, the syncs are the

@@ -9,7 +9,11 @@ one: at most the rows, at most the window less the GPU and host work left.
   cause kind): the capture is warm-up, not steady state; profile after it.
 - ``file-io``: writes, syncs and file opens inside the step (a checkpoint or log written every step).
 - ``allocator-churn``: device or pinned memory allocated and freed while the GPU waits
-  (``torch.cuda.empty_cache()`` every step, shapes that change, a pinned buffer made per step).
+  (``torch.cuda.empty_cache()`` every step, shapes that change, a pinned buffer made per step). A caching
+  allocator serves a steady step from its cache and calls the driver per cache segment, far fewer times than it
+  launches kernels (``empty_cache`` every step: 0.16 allocation calls per launch); with none, each operation's
+  output is a ``cudaMalloc`` and later a ``cudaFree``, about two calls per launch (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``:
+  1.9). From PER_OP_ALLOCS calls per launch the finding says the allocator is bypassed, and how to turn it back on.
 - ``unified-memory``: unified-memory migrations (copyKind 11–13) on the critical path.
 - ``mpi-wait``: the host inside MPI calls while the GPU idles.
 - ``host-callback``: a host callback inside a compiled step (XLA's range around its callback op): the device
@@ -28,6 +32,7 @@ from .fixes import Fix, pick
 from .input_pipeline import LOADER_RANGE
 
 MIN_SHARE = 0.05   # a host cause worth its own finding, as a share of the window
+PER_OP_ALLOCS = 0.5  # allocation calls per kernel launch from which memory is allocated per operation (no cache)
 WRITE_CALLS = r"(f?write\w*|writev|pwritev?\d*|fsync|fdatasync|sync_file_range|fflush|msync)"
 FILE_CALLS = r"(f?open(64|at|at64)?|fclose|close|creat\w*|rename\w*|unlink\w*|f?truncate\w*)"
 ALLOC_CALLS = (r"cu(da)?(Malloc\w*|Free\w*|HostAlloc|Host(Un)?[Rr]egister|MemAlloc\w*|MemFree\w*|MemHostAlloc|"
@@ -84,6 +89,27 @@ for (int it = 0; it < iters; ++it) { /* reuse d_buf */ }
     "default": ("Memory is allocated and freed every iteration while the GPU waits: allocate once and reuse, or use "
                 "a stream-ordered/caching allocator.", ""),
 }
+ALLOC_PER_OP_FIX = {
+    "pytorch": ("The caching allocator is off: every tensor is a cudaMalloc and every free a cudaFree, which waits "
+                "for the device. PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set (a debugging setting, e.g. for "
+                "compute-sanitizer); unset it so the allocator reuses its blocks.", """
+unset PYTORCH_NO_CUDA_MEMORY_CACHING    # in the job's environment: shell, launcher script, container, .env
+# or first thing in the program, before torch allocates on the GPU:
+os.environ.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+"""),
+    "jax": ("Device buffers are allocated and freed per operation: XLA_PYTHON_CLIENT_ALLOCATOR=platform is set (it "
+            "allocates on demand and frees at once); unset it so the default BFC allocator serves the step from its "
+            "preallocated pool.", """
+unset XLA_PYTHON_CLIENT_ALLOCATOR       # default: a preallocated BFC pool
+"""),
+    "cupy": ("Device memory is allocated and freed per operation: CuPy's memory pool is off "
+             "(cupy.cuda.set_allocator(None)); use the default pool so freed blocks are reused.", """
+cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)   # the default: a caching pool
+"""),
+    "cuda": ALLOC_FIX["cuda"],
+    "default": ("Memory is allocated and freed per operation while the GPU waits: use a caching or pool allocator "
+                "(or allocate the buffers once and reuse them).", ""),
+}
 UNIFIED_FIX = {
     "cuda": ("Unified-memory pages migrate on demand while the GPU works: prefetch them before the kernels "
              "(cudaMemPrefetchAsync to the device, and back only what the host reads), or use explicit copies.", """
@@ -115,6 +141,9 @@ class CauseClass:
     after_launch_only: bool = False
     confidence: float = 0.8
     metrics: tuple[str, ...] = field(default_factory=tuple)  # Evidence.m keys shown as evidence
+    per_op_calls: str = ""        # an Evidence.m count that, from PER_OP_ALLOCS per launch, means per operation:
+    per_op_title: str = ""        # then this title ('{calls}': the count, '{launches}': the launches) ...
+    per_op_fixes: dict[str, Fix] | None = None  # ... and these fixes
 
 
 CLASSES = [
@@ -125,7 +154,10 @@ CLASSES = [
                kinds=("os_runtime",), causes=WRITE_CALLS),
     CauseClass("file-io", "", FILE_IO_FIX, kinds=("os_runtime",), causes=FILE_CALLS, after_launch_only=True),
     CauseClass("allocator-churn", "Memory allocated and freed every {per}: the GPU waits {ms} in {top}",
-               ALLOC_FIX, kinds=("cuda_blocking",), causes=ALLOC_CALLS, metrics=("alloc_calls", "alloc_ns")),
+               ALLOC_FIX, kinds=("cuda_blocking",), causes=ALLOC_CALLS, metrics=("alloc_calls", "alloc_ns"),
+               per_op_calls="alloc_calls", per_op_fixes=ALLOC_PER_OP_FIX,
+               per_op_title="Memory allocated and freed per operation ({calls:.0f} allocation calls for {launches:.0f} "
+                            "launches per {per}): the GPU waits {ms} in {top}"),
     CauseClass("unified-memory", "Unified-memory migrations take {ms} of the GPU's {per}", UNIFIED_FIX,
                busy=("unified",), confidence=0.75, metrics=("um_count", "um_bytes", "um_ns")),
     CauseClass("mpi-wait", "The host waits in MPI while the GPU idles {ms} per {per} ({top})", MPI_FIX,
@@ -160,10 +192,14 @@ def host_cause(rule: str) -> "callable":
             return None
         busy_ns = ledger.ns(claim & ledger.arrays.is_busy)
         top = ledger.names(claim)[:3]
-        fix, snippet = pick(first.fixes, ev.framework)
+        calls, launches = (ev.get(first.per_op_calls), ev.get("launch_calls")) if first.per_op_calls else (0, 0)
+        per_op = first.per_op_fixes is not None and launches > 0 and calls >= PER_OP_ALLOCS * launches
+        title = first.per_op_title if per_op else first.title
+        fix, snippet = pick(first.per_op_fixes if per_op else first.fixes, ev.framework)
         return make_finding(
             ev, rule,
-            first.title.format(ms=ms(ns), per=ev.per, top=", ".join(f"{n} {ms(v)}" for n, v in top)),
+            title.format(ms=ms(ns), per=ev.per, top=", ".join(f"{n} {ms(v)}" for n, v in top), calls=calls,
+                         launches=launches),
             confidence=first.confidence, gain_ns=ns, claim=claim,
             what_if=ledger.what_if(ns, busy_removed_ns=busy_ns, host_removed_ns=ns - busy_ns),
             evidence={"claimed_ns": ns, **{f"cause_{i + 1}": n for i, (n, _) in enumerate(top)},

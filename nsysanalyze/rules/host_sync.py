@@ -8,6 +8,9 @@ idle is pin-memory's, which claims it first.
 
 When the step's host-to-device copies are at least half as many as its syncs (and copies back are not), the
 syncs are the host waiting for its own copies (``.to(device)`` without ``non_blocking``): the fix names them.
+When every copy back is one byte, the host reads boolean flags (``if t.any():``, ``bool(t)``); from PER_NODE_READS
+per step that is a check per operation, as PyTorch's anomaly detection makes for every backward node (it also
+records a Python traceback for every forward op, host work this bound does not price): the fix names it.
 
 What removing a sync can gain: at most the idle it causes — in and right after the sync, and the short
 launch gaps of the host catching up after it, as far as the bound allows — no more than the GPU work that
@@ -26,6 +29,7 @@ from .input_pipeline import AFTER_SYNC_WORK, pinned_bandwidth, significant
 MIN_SHARE = 0.05       # stall (exposed copy + post-sync idle) worth fixing, as a share of the step
 MIN_DTOH_BYTES = 1e6   # bytes copied back per step that make the copies, not the syncs, the subject
 SYNC_API = r"cu(da)?(Stream|Device|Ctx|Event)Synchronize"
+PER_NODE_READS = 10    # one-byte reads per step from which they are a per-operation check, not the step's own
 
 DTOH_FIX = {
     "pytorch": ("Keep per-step values on the GPU and sync every N steps; copy outputs into a preallocated pinned "
@@ -96,6 +100,38 @@ flat = torch.cat([v.flatten() for v in batch.values()]).pin_memory().to(device, 
     "default": ("The syncs come with the {per}'s {copies:.0f} host-to-device copies ({pageable}): copy from pinned "
                 "memory asynchronously, and batch small copies into one.", ""),
 }
+
+
+FLAG_SYNC_FIX = {  # the syncs read one byte each: boolean flags checked on the host
+    "pytorch": ("Each sync reads one byte back: the host checks a boolean flag ({reads:.0f} per {per}: "
+                "if t.any():, bool(t), torch.isnan(x).any()), and waits for the GPU each time.{anomaly} Keep such "
+                "checks off the per-step path: check every N steps, or on the GPU (torch.nan_to_num, "
+                "torch._assert_async).", """
+torch.autograd.set_detect_anomaly(False)   # the default: only while hunting a NaN
+found_nan |= torch.isnan(loss)             # on the GPU; read it every N steps
+if step % 100 == 0 and found_nan.item(): ...
+"""),
+    "default": ("Each sync reads one byte back: the host checks a boolean flag ({reads:.0f} per {per}) and waits for "
+                "the GPU each time; check it every N steps, or keep the check on the device.", ""),
+}
+ANOMALY = {  # {anomaly} above, from PER_NODE_READS reads per step
+    "pytorch": (" So many per {per} is a check per operation: torch.autograd.set_detect_anomaly(True) (or "
+                "torch.autograd.detect_anomaly()) checks every backward node's output for NaN this way, and records "
+                "a Python traceback for every forward op, host work this bound does not count; turn it off "
+                "outside debugging."),
+}
+
+
+def flag_reads(ev: Evidence) -> float:
+    """The window's copies back when every one is a single byte (the host reading boolean flags; as many bytes as
+    copies, each at least one), else 0."""
+    reads = ev.get("dtoh_count")
+    return reads if reads >= 1 and ev.get("dtoh_bytes") == reads else 0.0
+
+
+def per_node_checks(ev: Evidence) -> bool:
+    """Whether the flag reads are a check per operation (PER_NODE_READS or more per step): anomaly detection."""
+    return ev.per == "step" and flag_reads(ev) >= PER_NODE_READS
 
 
 def sync_idle(ev: Evidence):
@@ -173,6 +209,10 @@ def host_sync(ev: Evidence) -> Finding | None:
                   else "no bytes counted")
         fix, snippet = pick(COPY_SYNC_FIX, ev.framework)
         fix = fix.format(copies=copies, pageable=amount, per=ev.per)
+    elif reads := flag_reads(ev):
+        fix, snippet = pick(FLAG_SYNC_FIX, ev.framework)
+        anomaly = ANOMALY.get(ev.framework, "").format(per=ev.per) if per_node_checks(ev) else ""
+        fix = fix.format(reads=reads, per=ev.per, anomaly=anomaly)
     top = ledger.causes(waits & ledger.idle(after_sync=True))
     where = f" (mostly while the host works in '{top[0][0][1]}')" if top and top[0][0][0] == "nvtx_range" else ""
     queued = ledger.busy_ns

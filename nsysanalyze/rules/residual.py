@@ -10,7 +10,9 @@ says the GPU waited, with a fix that follows its first cause.
 - anything else: take the work off the GPU's critical path.
 
 When the median steady step loads kernels (module loads: compilation or autotuning that never ends) that comes
-first; a one-shot capture is told to profile a loop instead.
+first; so does PyTorch's anomaly detection when every copy back is a one-byte flag read, a check per operation
+(``host_sync.per_node_checks``): it also records a traceback per forward op. A one-shot capture is told to profile
+a loop instead.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ..framework import PYTHON_FRAMEWORKS
 from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import pick
+from .host_sync import flag_reads, per_node_checks
 from .launch import CUPY_FUSE, MIN_KERNELS, SHORT_GAP_SHARE
 
 ONE_SHOT_REPEATS = 2     # median launches per kernel name at most this: the capture is one first run
@@ -139,6 +142,11 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     if ev.per == "step" and ev.get("module_load_calls") >= 1:  # a median step loads kernels: no steady state, first
         fix = pick(RETUNING, ev.framework)[0].format(loads=ev.get("module_load_calls"), syncs=ev.get("sync_wait_calls"),
                                                      allocs=ev.get("alloc_calls")) + " " + fix
+    if ev.framework == "pytorch" and per_node_checks(ev):  # anomaly detection's host work per op goes first
+        fix = (f"Every copy back is a one-byte flag read ({flag_reads(ev):.0f} per {ev.per}), a check per operation: "
+               "torch.autograd.set_detect_anomaly(True) checks every backward node this way and records a Python "
+               "traceback for every forward op, host work per operation. Turn it off first, then judge what "
+               "remains. " + fix)
     if ev.get("um_count") > 0:
         fix += (" With unified memory, host accesses to managed pages fault them back one by one: prefetch them "
                 "(cudaMemPrefetchAsync) or copy explicitly before the host reads.")
