@@ -216,8 +216,7 @@ class Analysis:
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
-        launches = [i for i, c in M.api_categories(self._api_names).items() if c == "launch"]
-        waits = M.launch_waits(windows, self._kernels, self._runtime_calls, launches)
+        waits = M.launch_waits(windows, self._kernels, self._runtime_calls)
         # streams and correlationIds are done with (the steps are projected, the launches joined)
         kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
         self.__dict__.pop("_kernels", None)

@@ -385,48 +385,45 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataFrame, launch_ids) -> pd.DataFrame:
+def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: start,
-    end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId, nameId (calls
-    named by ``launch_ids`` launch kernels; a kernel matches the launch of its process with its correlationId).
-    Kernels are joined a block at a time; only those that ended inside their call are kept."""
+    end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a
+    kernel's launch is the call of its process with its correlationId; other calls have other ids). Process by
+    process, a block of kernels at a time; only the kernels that ended inside their call are kept."""
+    from .steps import rows_by_process
+
     out = pd.DataFrame({"launch_blocked_kernel_ns": np.zeros(len(windows), dtype=np.int64),
                         "launch_wait_ns": np.zeros(len(windows), dtype=np.int64)}, index=windows.index)
     if windows.empty or kernels.empty or runtime.empty:
         return out
-    is_launch = np.isin(runtime["nameId"].to_numpy(), np.asarray(list(launch_ids), dtype=np.int64))
-    calls = {}  # process -> its launches' correlationIds (sorted), starts and ends in that order
-    c_tid = runtime["globalTid"].to_numpy()[is_launch]
-    c_corr, c_start, c_end = (runtime[c].to_numpy()[is_launch] for c in ("correlationId", "start", "end"))
-    for (pid,), idx in group_indices(pid_of(c_tid)):
-        idx = np.arange(c_tid.size) if idx is None else idx
-        order = idx[np.argsort(c_corr[idx], kind="stable")]
-        calls[int(pid)] = (c_corr[order], c_start[order], c_end[order])
-    k_pid, k_dev, k_corr, k_start, k_end = (kernels[c].to_numpy() for c in
-                                            ("globalPid", "deviceId", "correlationId", "start", "end"))
+    c_corr, c_start, c_end = (runtime[c].to_numpy() for c in ("correlationId", "start", "end"))
+    k_pid, k_corr, k_end = (kernels[c].to_numpy() for c in ("globalPid", "correlationId", "end"))
+    k_rows = dict(rows_by_process(k_pid, of_tid=False))
+    found = []  # (kernel rows, their calls' starts, their calls' ends)
+    for pid, idx in rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True):
+        if pid not in k_rows:
+            continue
+        corr, start, end = (a if idx is None else a[idx] for a in (c_corr, c_start, c_end))
+        if not is_sorted(corr):
+            order = np.argsort(corr, kind="stable")
+            corr, start, end = corr[order], start[order], end[order]
 
-    def blocked(block: slice) -> tuple[np.ndarray, ...]:  # (rows, call start, call end) of kernels ended inside their call
-        rows, call_start, call_end = [], [], []
-        for (pid,), idx in group_indices(k_pid[block]):
-            if int(pid) not in calls:
-                continue
-            at = np.arange(block.start, block.stop)[idx if idx is not None else slice(None)]
-            corr, start, end = calls[int(pid)]
-            pos = np.minimum(np.searchsorted(corr, k_corr[at]), corr.size - 1)
-            inside = (corr[pos] == k_corr[at]) & (k_end[at] <= end[pos])
-            rows.append(at[inside])
-            call_start.append(start[pos[inside]])
-            call_end.append(end[pos[inside]])
-        return tuple(np.concatenate(x) if x else np.empty(0, np.int64) for x in (rows, call_start, call_end))
-    parts = list(in_blocks(blocked, row_blocks(len(kernels))))
-    rows, call_start, call_end = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        def blocked(block, corr=corr, start=start, end=end) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            pos = np.searchsorted(corr, k_corr[block])
+            np.minimum(pos, corr.size - 1, out=pos)
+            inside = np.flatnonzero((corr[pos] == k_corr[block]) & (k_end[block] <= end[pos]))
+            rows = inside + block.start if isinstance(block, slice) else block[inside]
+            return rows, start[pos[inside]], end[pos[inside]]
+        found += in_blocks(blocked, row_blocks(len(kernels), k_rows[pid]))
+    rows, call_start, call_end = (np.concatenate([f[i] for f in found]) if found else np.empty(0, np.int64)
+                                  for i in range(3))
     if rows.size == 0:
         return out
-    start = k_start[rows]
+    start, pid, dev = (kernels[c].to_numpy()[rows] for c in ("start", "globalPid", "deviceId"))
     duration, wait = k_end[rows] - start, call_end - np.maximum(start, call_start)
     w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
-    for (pid, dev), w_rows in windows.groupby(["globalPid", "deviceId"]).indices.items():
-        mine = (k_pid[rows] == pid) & (k_dev[rows] == dev)
+    for (p, d), w_rows in windows.groupby(["globalPid", "deviceId"]).indices.items():
+        mine = (pid == p) & (dev == d)
         a, b = w_start[w_rows], w_end[w_rows]
         out.iloc[w_rows, 0] = sum_in_windows(start[mine], duration[mine], a, b)
         out.iloc[w_rows, 1] = sum_in_windows(start[mine], wait[mine], a, b)

@@ -135,26 +135,24 @@ def test_old_schema_export_meta_data_and_inline_nvtx_text(tmp_path):
 
 
 def test_launches_that_return_after_their_kernel():
-    """metrics.launch_waits on hand-made frames (exact values): a kernel counts when it ended before the launch call
-    of its own process with its correlationId returned; the wait runs from the later of the kernel's and the call's
-    start to the call's return. Q's call with P's correlationId, a non-launch call and a kernel without a call
-    count for nothing."""
+    """metrics.launch_waits on hand-made frames (exact values): a kernel counts when it ended before the call of its
+    own process with its correlationId (its launch) returned; the wait runs from the later of the kernel's and the
+    call's start to the call's return. Q's call with P's correlationId and a kernel without a call count for
+    nothing; calls out of correlationId order are sorted first."""
     import numpy as np
     import pandas as pd
 
     from nsysanalyze import metrics as M
     from tiny import gtid
 
-    launch, copy = 7, 8
     kernels = pd.DataFrame({"globalPid": [gpid(P)] * 3 + [gpid(Q), gpid(P)], "deviceId": 0,
                             "correlationId": np.array([1, 2, 3, 1, 9], dtype=np.int32),
                             "start": [100, 200, 400, 100, 500], "end": [150, 300, 420, 150, 510]})
-    runtime = pd.DataFrame({"globalTid": [T, T, gtid(P, 6), gtid(Q, 1), T], "nameId": [launch, launch, launch, launch, copy],
-                            "correlationId": np.array([1, 2, 3, 1, 3], dtype=np.int32),
-                            "start": [90, 180, 395, 0, 395], "end": [160, 190, 430, 10, 10_000]})
+    runtime = pd.DataFrame({"globalTid": [T, gtid(P, 6), T, gtid(Q, 1), T],
+                            "correlationId": np.array([2, 3, 1, 1, 4], dtype=np.int32),
+                            "start": [180, 395, 90, 0, 600], "end": [190, 430, 160, 10, 10_000]})
     windows = pd.DataFrame({"globalPid": [gpid(P), gpid(P), gpid(Q)], "deviceId": 0,
                             "window_start": [0, 350, 0], "window_end": [350, 1000, 1000]})
-    out = M.launch_waits(windows, kernels, runtime, [launch])
+    out = M.launch_waits(windows, kernels, runtime)
     assert out["launch_blocked_kernel_ns"].tolist() == [50, 20, 0]
     assert out["launch_wait_ns"].tolist() == [60, 30, 0]
-    assert M.launch_waits(windows, kernels, runtime, []).to_numpy().sum() == 0
