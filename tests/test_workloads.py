@@ -47,7 +47,7 @@ EXPECTED_CAPTURES = [
     "masked_loss_ignore", "gil_thread", "gil_process", "launch_blocking", "anomaly_mode", "no_caching_allocator",
     "debug_off",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "jax_eager", "jax_jit", "jax_callback", "numba_tinyops",
-    "numba_fused", "cupy_tinyops", "cupy_fused",
+    "numba_fused", "cupy_tinyops", "cupy_fused", "jax_eager_platform", "cupy_tinyops_nopool", "cupy_tinyops_blocking",
     "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import sys
 
 import click
@@ -142,6 +144,7 @@ def programs_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_backe
     """Programs without torch: a JAX training loop, CuPy with pageable copies or managed memory, an mpi4py
     program with host-staged all-reduces (under mpirun)."""
     v = PROGRAM_VARIANTS[variant]
+    os.environ.update(dict(v.env))  # before the program's framework starts CUDA
     kw = dict(steps=steps, warmup=warmup, cooldown=cooldown, profiler_range=not no_profiler_range,
               nvtx_backend=nvtx_backend)
     if v.family == "jax":

@@ -45,7 +45,9 @@ def run(mode: str, *, steps: int = 3, warmup: int = 10, cooldown: int = 1, profi
         _pageable(sched, annotate, cp, np)
     elif mode == "managed":
         _managed(sched, annotate, cp, np)
-    else:
+    else:  # tinyops, fused, tinyops-nopool (the memory pool off: an allocation and a free per array)
+        if mode == "tinyops-nopool":
+            cp.cuda.set_allocator(None)
         _chain(mode == "fused", sched, annotate, cp)
     sched.finish()
     print(sched.report(workload="programs", variant=f"cupy-{mode}", world_size=1), flush=True)
