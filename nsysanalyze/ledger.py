@@ -282,6 +282,17 @@ class Ledger:
         mask = self.arrays.is_busy & self.arrays.what_in(classes)
         return mask & self.free if free else mask
 
+    def smallest_rows(self, mask: np.ndarray, need_ns: float) -> np.ndarray:
+        """Mask of the rows under ``mask``, smallest first, adding up to at least ``need_ns`` (all of them when they
+        do not reach it; none when it is not positive): a claim no larger than a bound needs."""
+        out = np.zeros(len(self.arrays), dtype=bool)
+        if need_ns <= 0 or not mask.any():
+            return out
+        ns = self.arrays.ns
+        order = np.flatnonzero(mask)[np.argsort(ns[mask], kind="stable")]
+        out[order[:int(np.searchsorted(np.cumsum(ns[order]), need_ns) + 1)]] = True
+        return out
+
     def ns(self, mask: np.ndarray) -> float:
         """Sum of the rows' ns under ``mask``."""
         return float(self.arrays.ns[mask].sum()) if mask.size else 0.0

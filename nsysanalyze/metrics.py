@@ -22,7 +22,8 @@ clipped to the window; counts and bytes are attributed by activity start):
   thread(s): kernel launches, synchronous memcpy APIs (no ``Async``), explicit synchronizations,
   ``*Async`` copies (which block the host too when the host memory is pageable), module loads
   (``cuModuleLoad*``, ``cuLibraryLoad*``: warm-up), and
-  allocations/frees of device or pinned memory
+  allocations/frees of device or pinned memory (with the virtual memory management calls that create, map,
+  unmap and release physical memory, as XLA's and PyTorch's expandable allocators do)
 - munmap_count/munmap_ns: munmap calls in the CPU range; munmap_gpu_idle_ns = GPU idle in the
   window that coincides with them (|munmap - busy| = |munmap ∩ idle|)
 - time_* : a partition of the window (they sum to window_ns) over X = non-NCCL kernels,
@@ -62,8 +63,8 @@ API_PATTERNS = {
     "async_copy": re.compile(r"^(cudaMemcpy\w*Async|cuMemcpy\w*Async)(_v\d+)?(_ptsz)?$"),
     "module_load": re.compile(r"^(cuModuleLoad\w*|cuLibraryLoad\w*|cudaLibraryLoad\w*)(_v\d+)?$"),
     "alloc": re.compile(r"^(cudaMalloc(Host|Managed|Pitch|3D)?|cudaHostAlloc|cudaFree(Host)?|cudaHost(Un)?[Rr]egister|"
-                        r"cuMemAlloc(Host|Managed|Pitch)?|cuMemFree(Host)?|cuMemHostAlloc|cuMemHost(Un)?[Rr]egister)"
-                        r"(_v\d+)?$"),
+                        r"cuMemAlloc(Host|Managed|Pitch)?|cuMemFree(Host)?|cuMemHostAlloc|cuMemHost(Un)?[Rr]egister|"
+                        r"cuMem(Create|Release|Map|Unmap|SetAccess|AddressReserve|AddressFree))(_v\d+)?$"),
 }
 
 

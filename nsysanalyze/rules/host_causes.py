@@ -36,7 +36,7 @@ PER_OP_ALLOCS = 0.5  # allocation calls per kernel launch from which memory is a
 WRITE_CALLS = r"(f?write\w*|writev|pwritev?\d*|fsync|fdatasync|sync_file_range|fflush|msync)"
 FILE_CALLS = r"(f?open(64|at|at64)?|fclose|close|creat\w*|rename\w*|unlink\w*|f?truncate\w*)"
 ALLOC_CALLS = (r"cu(da)?(Malloc\w*|Free\w*|HostAlloc|Host(Un)?[Rr]egister|MemAlloc\w*|MemFree\w*|MemHostAlloc|"
-               r"MemHost(Un)?[Rr]egister|MemPool\w*)")
+               r"MemHost(Un)?[Rr]egister|MemPool\w*|Mem(Create|Release|Map|Unmap|SetAccess|AddressReserve|AddressFree))")
 
 WARMUP_FIX = {
     "pytorch": ("The capture holds warm-up, not steady state: compilation, autotuning and module loading run once. "

@@ -19,8 +19,6 @@ work (host work between syncs stays): window − max(GPU work, host work).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..units import ms, size
 from . import Evidence, Finding, make_finding
 from .fixes import pick
@@ -180,16 +178,7 @@ def dtoh_sync(ev: Evidence) -> Finding | None:
 def catch_up_gaps(ev: Evidence, need_ns: float):
     """Ledger mask of unclaimed short launch gaps (no sync before them), smallest first, adding up to at least
     ``need_ns`` (none when it is not positive): the gaps a loop drained by syncs shows while the host catches up."""
-    ledger = ev.ledger
-    gaps = ledger.idle(short_gap=True, after_sync=False)
-    if need_ns <= 0 or not gaps.any():
-        return np.zeros_like(gaps)
-    ns = ledger.arrays.ns
-    order = np.flatnonzero(gaps)[np.argsort(ns[gaps], kind="stable")]
-    take = order[:int(np.searchsorted(np.cumsum(ns[order]), need_ns) + 1)]
-    mask = np.zeros(len(ns), dtype=bool)
-    mask[take] = True
-    return mask
+    return ev.ledger.smallest_rows(ev.ledger.idle(short_gap=True, after_sync=False), need_ns)
 
 
 def host_sync(ev: Evidence) -> Finding | None:

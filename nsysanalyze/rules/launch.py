@@ -140,15 +140,18 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   # or fore
 
 
 def launch_blocking(ev: Evidence) -> Finding | None:
-    """Launches that return only after their kernel ran (see the module docstring). Claims the idle of the launch
-    path (launch gaps and the ranges' host work between launches, not after syncs); the gain is at most the host's
-    waits inside the launch calls."""
+    """Launches that return only after their kernel ran (see the module docstring). The gain is at most the
+    host's waits inside the launch calls and the idle of the launch path (launch gaps and the ranges' host work
+    between launches, not after syncs); it claims that idle's rows up to the gain, smallest first, and leaves the
+    rest to the launch-overhead rules (the host still issues every kernel once its launches are asynchronous)."""
     kernel_ns, blocked = ev.get("kernel_sum_ns"), ev.get("launch_blocked_kernel_ns")
     if not kernel_ns or blocked < BLOCKING_SHARE * kernel_ns:
         return None
     ledger, wait = ev.ledger, ev.get("launch_wait_ns")
-    rows = ledger.idle(kinds=("launch", "nvtx_range"), after_sync=False)
+    path = ledger.idle(kinds=("launch", "nvtx_range"), after_sync=False)
     # host work (ledger.host_work_ns) already leaves out the launch calls: the waits bound the gain as a cap
+    bound = ledger.what_if(ledger.ns(path), caps={"host waits in launches": wait}).gain_ns
+    rows = ledger.smallest_rows(path, bound)
     what_if = ledger.what_if(ledger.ns(rows), caps={"host waits in launches": wait})
     fix, snippet = pick(BLOCKING_FIX, ev.framework)
     return make_finding(
