@@ -31,7 +31,9 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
 * ``launch-blocking``, ``anomaly-mode``, ``no-caching-allocator`` → ``debug-off``: ResNet-18 at batch 32 on a
   resident batch with a debugging setting left on: ``CUDA_LAUNCH_BLOCKING=1`` (each launch returns once its kernel
   ran), ``torch.autograd.set_detect_anomaly(True)`` (a NaN check, read on the host, per backward node) or
-  ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` (``cudaMalloc``/``cudaFree`` per tensor) → none of them.
+  ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` (``cudaMalloc``/``cudaFree`` per tensor) → none of them. ``emit-nvtx`` and
+  ``emit-nvtx-only`` run the plain loop under ``torch.autograd.profiler.emit_nvtx()`` (an NVTX range per op), with
+  and without the program's own ranges: checks of the step detection.
 
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
@@ -570,14 +572,19 @@ def _gil(mode, sched, annotate, dev) -> int:
 
 def _debug(mode, sched, annotate, dev) -> int:
     """ResNet-18 b32 on a resident batch; ``launch-blocking`` and ``no-caching`` set their variable through
-    ``CauseVariant.env``, ``anomaly`` turns on autograd's anomaly detection, ``off`` is the plain loop."""
+    ``CauseVariant.env``, ``anomaly`` turns on autograd's anomaly detection, ``emit-nvtx`` runs the loop under
+    ``torch.autograd.profiler.emit_nvtx()``, ``off`` is the plain loop."""
+    import contextlib
+
     import torch
 
     torch.autograd.set_detect_anomaly(mode == "anomaly")
     print(f"INFO debug: mode={mode} CUDA_LAUNCH_BLOCKING={os.environ.get('CUDA_LAUNCH_BLOCKING')} "
           f"PYTORCH_NO_CUDA_MEMORY_CACHING={os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING')} "
           f"anomaly={torch.is_anomaly_enabled()}", file=sys.stderr)
-    _resident_steps(*_resnet18(dev), sched, annotate)
+    per_op = torch.autograd.profiler.emit_nvtx() if mode == "emit-nvtx" else contextlib.nullcontext()
+    with per_op:
+        _resident_steps(*_resnet18(dev), sched, annotate)
     return RESNET_BATCH
 
 

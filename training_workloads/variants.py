@@ -213,6 +213,12 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      capture_args="--steps 6", env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)),
         CauseVariant("debug-off", "debug", "off", "the same with no debug setting (the fixed twin of the three)",
                      capture_args="--steps 6"),
+        CauseVariant("emit-nvtx", "debug", "emit-nvtx",
+                     "the same under torch.autograd.profiler.emit_nvtx() (an NVTX range per op), 'Step i' ranges kept",
+                     capture_args="--steps 6"),
+        CauseVariant("emit-nvtx-only", "debug", "emit-nvtx",
+                     "emit-nvtx without the program's own ranges: only the per-op ranges", capture_args="--steps 6 "
+                     "--nvtx-backend none"),
     )
 }
 
