@@ -397,3 +397,16 @@ def test_one_byte_reads_per_backward_node_name_anomaly_detection():
     assert residual.fix.startswith("Every copy back is a one-byte flag read (141 per step)")
     for other in ("hook_sync.sqlite", "sync_per_param.sqlite"):
         assert not any("anomaly" in f.fix for f in findings(other))
+
+
+@pytest.mark.parametrize("name,family,source,steps", [("emit_nvtx.sqlite", "Step {n}", "nvtx", 6),
+                                                      ("emit_nvtx_only.sqlite", "kernel sequence (period 382 kernels)",
+                                                       "inferred", 5)])
+def test_per_op_ranges_of_emit_nvtx_are_never_steps(name, family, source, steps):
+    """The plain ResNet loop under torch.autograd.profiler.emit_nvtx(): an NVTX range per op ('aten::...,
+    op_id = N', 'autograd::engine::evaluate_function: ...'), thousands per step. With the program's 'Step i'
+    ranges those are the steps; without them the steps come from the kernel sequence (382 kernels, the step's
+    own count), never from the per-op ranges, which are not even candidates."""
+    with nsysanalyze.open(fixture_trace(name)) as a:
+        assert (a.info.step_family, a.info.step_source, len(a.steps())) == (family, source, steps)
+        assert not any(c.startswith(("aten::", "autograd::")) for c in a._step_candidates)
