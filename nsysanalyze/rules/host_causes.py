@@ -28,7 +28,7 @@ import numpy as np
 
 from ..units import ms
 from . import Evidence, Finding, make_finding
-from .fixes import Fix, pick
+from .fixes import Fix, pick, unset_variable
 from .input_pipeline import LOADER_RANGE
 
 MIN_SHARE = 0.05   # a host cause worth its own finding, as a share of the window
@@ -92,16 +92,11 @@ for (int it = 0; it < iters; ++it) { /* reuse d_buf */ }
 ALLOC_PER_OP_FIX = {
     "pytorch": ("The caching allocator is off: every tensor is a cudaMalloc and every free a cudaFree, which waits "
                 "for the device. PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set (a debugging setting, e.g. for "
-                "compute-sanitizer); unset it so the allocator reuses its blocks.", """
-unset PYTORCH_NO_CUDA_MEMORY_CACHING    # in the job's environment: shell, launcher script, container, .env
-# or first thing in the program, before torch allocates on the GPU:
-os.environ.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
-"""),
+                "compute-sanitizer); unset it so the allocator reuses its blocks.",
+                unset_variable("PYTORCH_NO_CUDA_MEMORY_CACHING", before="torch allocates on the GPU")),
     "jax": ("Device buffers are allocated and freed per operation: XLA_PYTHON_CLIENT_ALLOCATOR=platform is set (it "
             "allocates on demand and frees at once); unset it so the default BFC allocator serves the step from its "
-            "preallocated pool.", """
-unset XLA_PYTHON_CLIENT_ALLOCATOR       # default: a preallocated BFC pool
-"""),
+            "preallocated pool.", unset_variable("XLA_PYTHON_CLIENT_ALLOCATOR", before="jax starts")),
     "cupy": ("Device memory is allocated and freed per operation: CuPy's memory pool is off "
              "(cupy.cuda.set_allocator(None)); use the default pool so freed blocks are reused.", """
 cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)   # the default: a caching pool

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..attribution import SHORT_GAP_NS
 from ..units import ms, size
 from . import Evidence, Finding, make_finding
-from .fixes import pick
+from .fixes import pick, unset_variable
 
 BLOCKING_SHARE = 0.5     # share of the kernel time that ended inside its own launch call: launches are synchronous
 IDLE_HIGH = 0.20          # GPU idle fraction worth attacking
@@ -113,20 +113,12 @@ running_loss += loss.detach()                                # not loss.item() e
                 "take the syncs out of it first.", ""),
 }
 
+BLOCKING_WORDS = ("Every kernel launch waited for its kernel to finish, so the host never ran ahead of the GPU: "
+                  "CUDA_LAUNCH_BLOCKING=1 is set (a debugging setting), or the program ran under a tool that serializes "
+                  "launches (compute-sanitizer, cuda-gdb). Unset it for training and profiling runs.")
 BLOCKING_FIX = {
-    "pytorch": ("Every kernel launch waited for its kernel to finish, so the host never ran ahead of the GPU: "
-                "CUDA_LAUNCH_BLOCKING=1 is set (a debugging setting), or the program ran under a tool that "
-                "serializes launches (compute-sanitizer, cuda-gdb). Unset it for training and profiling runs.", """
-unset CUDA_LAUNCH_BLOCKING          # in the job's environment: shell, launcher script, container, .env
-# or first thing in the program, before torch starts CUDA:
-os.environ.pop("CUDA_LAUNCH_BLOCKING", None)
-"""),
-    "default": ("Every kernel launch waited for its kernel to finish, so the host never ran ahead of the GPU: "
-                "CUDA_LAUNCH_BLOCKING=1 is set (a debugging setting), or the program ran under a tool that "
-                "serializes launches (compute-sanitizer, cuda-gdb). Unset it for production and profiling runs.",
-                """
-unset CUDA_LAUNCH_BLOCKING          # in the job's environment: shell, launcher script, container, .env
-"""),
+    "pytorch": (BLOCKING_WORDS, unset_variable("CUDA_LAUNCH_BLOCKING", before="torch starts CUDA")),
+    "default": (BLOCKING_WORDS, unset_variable("CUDA_LAUNCH_BLOCKING")),
 }
 
 OPTIMIZER_FIX = {
