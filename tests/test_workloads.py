@@ -38,7 +38,7 @@ EXPECTED_CAPTURES = [
     "vit_l32_bucket_view", "vit_l32_bf16", "vit_l32_powersgd",
     "dtoh_pageable", "dtoh_pinned_async", "dtoh_deferred", "tinyops_eager", "tinyops_graphs", "gpu_bound",
     "sync_per_param", "sync_timing", "io_midstep",
-    "optimizer_unfused", "optimizer_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
+    "optimizer_unfused", "optimizer_fused", "accumulate_unfused", "accumulate_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "compile_steady",
     "compile_graphs", "link_bound",

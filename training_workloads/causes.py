@@ -4,6 +4,8 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
 
 * ``optimizer-unfused`` → ``optimizer-fused``: a residual MLP of 64 tiny blocks (258 parameter
   tensors), AdamW with ``foreach=False`` (a dozen kernels per parameter) → ``fused=True``.
+* ``accumulate-unfused`` → ``accumulate-fused``: the same MLP with gradient accumulation: each ``Step i`` is one
+  micro-batch, every ``ACCUMULATE``-th also steps AdamW (``foreach=False`` → ``fused=True``).
 * ``copy-pinned-blocking`` → ``copy-pinned-nonblocking``: 100 MB pinned batches (a ring of 4, filled
   once) into a launch-bound net; ``.to(device)`` (the host waits for every copy) → ``non_blocking=True``.
 * ``clip-item`` → ``clip-noitem``: ResNet-18 at batch 32 with ``clip_grad_norm_``; the norm logged with
@@ -71,6 +73,7 @@ from .variants import CAUSE_VARIANTS, GLOO_VARIANTS
 
 RESNET_BATCH, RESNET_IMAGE = 32, 224
 OPT_BLOCKS = 64                       # optimizer-*: 64 blocks x 4 tensors + head = 258 parameter tensors
+ACCUMULATE = 4                        # accumulate-*: micro-batches per optimizer step
 COPY_SHAPE = (32, 3, 512, 512)        # copy-pinned-*: 100 MB fp32 per batch
 COPY_RING = 4
 LOG_EVERY = 10                        # clip-noitem: steps between reads of the logged norms
@@ -161,6 +164,32 @@ def _optimizer(mode, sched, annotate, dev) -> int:
     x = torch.randn(TINY_BATCH, TINY_WIDTH, device=dev)
     y = torch.randint(0, 10, (TINY_BATCH,), device=dev)
     _resident_steps(model, optimizer, x, y, sched, annotate)
+    return TINY_BATCH
+
+
+def _accumulate(mode, sched, annotate, dev) -> int:
+    """The optimizer-* MLP with gradient accumulation: each 'Step i' range is one micro-batch (forward, backward);
+    every ACCUMULATE-th also runs AdamW (foreach=False for ``unfused``, fused=True for ``fused``) and zero_grad."""
+    import torch
+
+    from .scenarios import TINY_BATCH, TINY_WIDTH, _tiny_mlp
+
+    model = _tiny_mlp(dev, blocks=OPT_BLOCKS)
+    kind = {"fused": True} if mode == "fused" else {"foreach": False}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **kind)
+    x = torch.randn(TINY_BATCH, TINY_WIDTH, device=dev)
+    y = torch.randint(0, 10, (TINY_BATCH,), device=dev)
+    for i in range(sched.total):
+        sched.before_step(i)
+        with annotate(f"Step {i}", color="blue"):
+            with annotate("forward", color="green"):
+                loss = torch.nn.functional.cross_entropy(model(x), y) / ACCUMULATE
+            with annotate("backward", color="green"):
+                loss.backward()
+            if (i + 1) % ACCUMULATE == 0:
+                with annotate("optimizer", color="green"):
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
     return TINY_BATCH
 
 
@@ -588,7 +617,7 @@ def _debug(mode, sched, annotate, dev) -> int:
     return RESNET_BATCH
 
 
-FAMILIES = {"optimizer": _optimizer, "copy": _copy, "clip": _clip, "workers": _workers,
+FAMILIES = {"optimizer": _optimizer, "accumulate": _accumulate, "copy": _copy, "clip": _clip, "workers": _workers,
             "launchbound": _launchbound, "hook": _hook, "host-cause": _host_cause, "compile": _compile,
             "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
             "eval": _eval, "small-copies": _small_copies, "checkpoint-every": _checkpoint_every,
