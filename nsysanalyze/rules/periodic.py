@@ -10,16 +10,21 @@ clone, posix_spawn: ``stall_process_start_ns``) are the loader starting over at 
 (``persistent_workers=True``); workers seen handing batches over (munmap in the step) and none started are workers
 that make batches slower than the steps use them, so a step waits whenever the next batch is not ready (more
 workers, cheaper samples; a deeper prefetch only delays the wait). Without that evidence the fix names both.
-Otherwise the stalls are periodic work itself (make it asynchronous or rarer).
+When the stalls' time is mostly in the optimizer step's range, the slow steps are the ones that step the optimizer
+(gradient accumulation, or a schedule that steps it every few micro-batches): that work is not optional, so the fix
+is the optimizer's own (fused, multi-tensor), not "rarer". Otherwise the stalls are periodic work itself (make it
+asynchronous or rarer).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ..units import ms
 from . import Evidence, Finding, make_finding
 from .fixes import pick
 from .input_pipeline import SLOW_WORKERS_FIX, loads_data
+from .launch import OPTIMIZER_FIX, OPTIMIZER_RANGE
 
 MIN_SHARE = 0.05          # what the stalls add per step on average, as a share of the median step
 LOADER_SHARE = 0.5        # share of the stalls' idle before the first launch that points at the loader
@@ -53,6 +58,9 @@ train_loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=16,   # en
     "default": ("Every few steps a step waits for its input: keep the pipeline's workers alive across epochs and give "
                 "it enough workers to keep up.", ""),
 }
+OPTIMIZER_STALL_FIX = {  # the optimizer's own fix, framed by the slow steps
+    k: ("The slow steps are the ones that step the optimizer (every few micro-batches: gradient accumulation), which "
+        "is not work to make rarer: " + fix[0].lower() + fix[1:], snippet) for k, (fix, snippet) in OPTIMIZER_FIX.items()}
 PERIODIC_FIX = {
     "default": ("Every few steps one step takes much longer (periodic work: evaluation, checkpointing, logging, "
                 "data reshuffling): make that work asynchronous, rarer, or overlap it with the next steps.", ""),
@@ -69,7 +77,8 @@ def periodic_stall(ev: Evidence) -> Finding | None:
         cause_kind, _, cause = f.get("stall_cause", "").partition(": ")
         kind = (f" (mostly while the host works in '{cause}')" if cause_kind == "nvtx_range" else
                 f" (mostly in {cause} calls)" if cause_kind in ("cuda_blocking", "os_runtime", "os_wait") else "")
-        table = PERIODIC_FIX
+        optimizer = cause_kind == "nvtx_range" and re.fullmatch(OPTIMIZER_RANGE, cause)
+        table = OPTIMIZER_STALL_FIX if optimizer else PERIODIC_FIX
     elif f.get("stall_process_start_ns", 0.0) > 0:
         kind, table = " (the loader starting over)", RESTART_FIX
     elif ev.get("munmap_count") >= 1:  # workers hand batches over shared memory; none was started
