@@ -50,6 +50,7 @@ import pandas as pd
 from .intervals import (Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
                         intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
                         union_of)
+from .steps import rows_by_process
 from .threads import in_blocks
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
 from .trace.tables import pid_of
@@ -391,8 +392,6 @@ def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataF
     end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a
     kernel's launch is the call of its process with its correlationId; other calls have other ids). Process by
     process, a block of kernels at a time; only the kernels that ended inside their call are kept."""
-    from .steps import rows_by_process
-
     out = pd.DataFrame({"launch_blocked_kernel_ns": np.zeros(len(windows), dtype=np.int64),
                         "launch_wait_ns": np.zeros(len(windows), dtype=np.int64)}, index=windows.index)
     if windows.empty or kernels.empty or runtime.empty:

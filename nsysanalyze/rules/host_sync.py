@@ -106,8 +106,9 @@ FLAG_SYNC_FIX = {  # the syncs read one byte each: boolean flags checked on the 
                 "checks off the per-step path: check every N steps, or on the GPU (torch.nan_to_num, "
                 "torch._assert_async).", """
 torch.autograd.set_detect_anomaly(False)   # the default: only while hunting a NaN
-found_nan |= torch.isnan(loss)             # on the GPU; read it every N steps
-if step % 100 == 0 and found_nan.item(): ...
+found_nan = torch.zeros((), dtype=torch.bool, device="cuda")   # once, before the loop
+found_nan |= torch.isnan(loss).any()       # every step, on the GPU
+if step % 100 == 0 and found_nan.item(): ...   # read every N steps
 """),
     "default": ("Each sync reads one byte back: the host checks a boolean flag ({reads:.0f} per {per}) and waits for "
                 "the GPU each time; check it every N steps, or keep the check on the device.", ""),
