@@ -45,9 +45,10 @@ EXPECTED_CAPTURES = [
     "loader_2workers", "loader_12workers", "eval_every_4", "checkpoint_every_5", "cudnn_benchmark", "cudnn_default",
     "disk_loader", "host_metrics", "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index",
     "masked_loss_ignore", "gil_thread", "gil_process", "launch_blocking", "anomaly_mode", "no_caching_allocator",
-    "debug_off", "emit_nvtx", "emit_nvtx_only",
+    "debug_off", "anomaly_mlp", "emit_nvtx", "emit_nvtx_only",
     "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "jax_eager", "jax_jit", "jax_callback", "numba_tinyops",
     "numba_fused", "cupy_tinyops", "cupy_fused", "jax_eager_platform", "cupy_tinyops_nopool", "cupy_tinyops_blocking",
+    "jax_eager_blocking",
     "cupy_pageable", "cupy_managed", "mpi_hoststaged",
 ]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

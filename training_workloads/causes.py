@@ -6,6 +6,7 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
   tensors), AdamW with ``foreach=False`` (a dozen kernels per parameter) → ``fused=True``.
 * ``accumulate-unfused`` → ``accumulate-fused``: the same MLP with gradient accumulation: each ``Step i`` is one
   micro-batch, every ``ACCUMULATE``-th also steps AdamW (``foreach=False`` → ``fused=True``).
+  ``anomaly-mlp``: the same MLP stepping a fused AdamW every step under anomaly detection (a verdict check).
 * ``copy-pinned-blocking`` → ``copy-pinned-nonblocking``: 100 MB pinned batches (a ring of 4, filled
   once) into a launch-bound net; ``.to(device)`` (the host waits for every copy) → ``non_blocking=True``.
 * ``clip-item`` → ``clip-noitem``: ResNet-18 at batch 32 with ``clip_grad_norm_``; the norm logged with
@@ -169,13 +170,16 @@ def _optimizer(mode, sched, annotate, dev) -> int:
 
 def _accumulate(mode, sched, annotate, dev) -> int:
     """The optimizer-* MLP with gradient accumulation: each 'Step i' range is one micro-batch (forward, backward);
-    every ACCUMULATE-th also runs AdamW (foreach=False for ``unfused``, fused=True for ``fused``) and zero_grad."""
+    every ACCUMULATE-th also runs AdamW (foreach=False for ``unfused``, fused=True for ``fused``) and zero_grad.
+    ``anomaly``: fused AdamW every step, under autograd's anomaly detection."""
     import torch
 
     from .scenarios import TINY_BATCH, TINY_WIDTH, _tiny_mlp
 
+    torch.autograd.set_detect_anomaly(mode == "anomaly")
+    every = 1 if mode == "anomaly" else ACCUMULATE
     model = _tiny_mlp(dev, blocks=OPT_BLOCKS)
-    kind = {"fused": True} if mode == "fused" else {"foreach": False}
+    kind = {"foreach": False} if mode == "unfused" else {"fused": True}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **kind)
     x = torch.randn(TINY_BATCH, TINY_WIDTH, device=dev)
     y = torch.randint(0, 10, (TINY_BATCH,), device=dev)
@@ -183,10 +187,10 @@ def _accumulate(mode, sched, annotate, dev) -> int:
         sched.before_step(i)
         with annotate(f"Step {i}", color="blue"):
             with annotate("forward", color="green"):
-                loss = torch.nn.functional.cross_entropy(model(x), y) / ACCUMULATE
+                loss = torch.nn.functional.cross_entropy(model(x), y) / every
             with annotate("backward", color="green"):
                 loss.backward()
-            if (i + 1) % ACCUMULATE == 0:
+            if (i + 1) % every == 0:
                 with annotate("optimizer", color="green"):
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
