@@ -423,3 +423,17 @@ def test_slow_steps_that_step_the_optimizer_get_the_optimizer_fix():
     assert "periodic-stall" not in {f.rule for f in findings("accumulate_fused.sqlite")}
     evaluation = next(f for f in findings("eval_every_4.sqlite") if f.rule == "periodic-stall")
     assert "asynchronous" in evaluation.fix  # other periodic work keeps its fix
+
+
+def test_the_new_signatures_hold_on_a_second_model_and_the_driver_api():
+    """anomaly-mlp: the optimizer-* MLP (258 parameter tensors, fused AdamW every step) under anomaly detection: 645
+    one-byte reads per step, so host-sync and the residual name anomaly detection as on ResNet-18. jax-eager-blocking:
+    JAX launches through the driver API (cuLaunchKernelEx) with CUDA_LAUNCH_BLOCKING=1: launch-blocking sees 100% of
+    the kernel time end inside its launches, its gain 1 ms of a 47 ms step that JAX's op-by-op dispatch dominates
+    (the residual, jax.jit, comes first)."""
+    found = {f.rule: f for f in findings("anomaly_mlp.sqlite")}
+    assert "set_detect_anomaly(True)" in found["host-sync"].fix and found["host-sync"].evidence["sync_wait_calls"] == 645
+    assert found["gpu-idle-unexplained"].fix.startswith("Every copy back is a one-byte flag read (645 per step)")
+    jax = findings("jax_eager_blocking.sqlite")
+    assert [f.rule for f in jax] == ["gpu-idle-unexplained", "launch-blocking"] and "jax.jit" in jax[0].fix
+    assert jax[1].evidence["blocked_kernel_ns"] == jax[1].evidence["kernel_sum_ns"] and jax[1].gain_ns < 1.5e6
