@@ -241,6 +241,19 @@ def test_host_sync_names_copies_to_the_gpu_as_the_source_when_they_come_with_the
     assert f.fix.startswith(starts)
 
 
+@pytest.mark.parametrize("where,anomaly", [("launch", True), ("nvtx_range", False)])
+def test_one_byte_reads_name_anomaly_detection_only_from_another_thread(where, anomaly):
+    """20 one-byte reads per step (boolean flags): when the GPU waits after them mostly on another thread's launches
+    (autograd's engine, which runs anomaly detection's NaN check per backward node) the fix names anomaly detection;
+    when it waits on the main thread's own work (a solver reading its convergence flag every iteration), only the
+    flag reads."""
+    cause = ("between launches on another thread in 'backward'" if where == "launch" else "solver")
+    e = ev(idle_fraction=0.13, idle_ns=13 * MS, sync_wait_calls=20, sync_wait_ns=2 * MS, dtoh_count=20, dtoh_bytes=20,
+           gap_rows=[(where, cause, 10 * MS, 0, 10 * MS)])
+    (f,) = [f for f in diagnose([e]) if f.rule == "host-sync"]
+    assert f.fix.startswith("Each sync reads one byte back") and ("set_detect_anomaly(True)" in f.fix) == anomaly
+
+
 def test_removing_syncs_cannot_remove_the_host_work_between_them():
     # 8.9 ms of CPU work between syncs, the GPU busy 0.3 ms: without the syncs the step still lasts 8.9 ms
     e = ev(window_ns=9.2 * MS, cpu_ns=9.2 * MS, idle_fraction=0.97, idle_ns=8.9 * MS, sync_wait_calls=20,

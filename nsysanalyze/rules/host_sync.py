@@ -9,8 +9,9 @@ idle is pin-memory's, which claims it first.
 When the step's host-to-device copies are at least half as many as its syncs (and copies back are not), the
 syncs are the host waiting for its own copies (``.to(device)`` without ``non_blocking``): the fix names them.
 When every copy back is one byte, the host reads boolean flags (``if t.any():``, ``bool(t)``); from PER_NODE_READS
-per step that is a check per operation, as PyTorch's anomaly detection makes for every backward node (it also
-records a Python traceback for every forward op, host work this bound does not price): the fix names it.
+per step, with the GPU waiting after them mostly on another thread's launches (autograd's), that is PyTorch's
+anomaly detection checking every backward node (it also records a Python traceback for every forward op, host work
+this bound does not price): the fix names it.
 
 What removing a sync can gain: at most the idle it causes — in and right after the sync, and the short
 launch gaps of the host catching up after it, as far as the bound allows — no more than the GPU work that
@@ -19,6 +20,7 @@ work (host work between syncs stays): window − max(GPU work, host work).
 """
 from __future__ import annotations
 
+from ..attribution import OTHER_THREAD_LAUNCHES
 from ..units import ms, size
 from . import Evidence, Finding, make_finding
 from .fixes import pick
@@ -129,8 +131,13 @@ def flag_reads(ev: Evidence) -> float:
 
 
 def per_node_checks(ev: Evidence) -> bool:
-    """Whether the flag reads are a check per operation (PER_NODE_READS or more per step): anomaly detection."""
-    return ev.per == "step" and flag_reads(ev) >= PER_NODE_READS
+    """Whether the flag reads are anomaly detection's check of every backward node: PER_NODE_READS or more per
+    step, with the GPU waiting after them mostly on another thread's launches (the autograd engine's thread, which
+    runs the check; a loop reading a flag per iteration on the main thread waits on that thread's own work)."""
+    if ev.per != "step" or flag_reads(ev) < PER_NODE_READS:
+        return False
+    top = ev.ledger.causes(ev.ledger.idle(after_sync=True, free=False))
+    return bool(top) and top[0][0][1].startswith(OTHER_THREAD_LAUNCHES)
 
 
 def sync_idle(ev: Evidence):
