@@ -41,7 +41,7 @@ EXPECTED_CAPTURES = [
     "optimizer_unfused", "optimizer_fused", "accumulate_unfused", "accumulate_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",
     "hook_nosync", "checkpoint_per_step", "empty_cache_per_step", "compile_warmup", "compile_steady",
-    "compile_graphs", "link_bound",
+    "compile_graphs", "recompile_static", "recompile_dynamic", "link_bound",
     "loader_2workers", "loader_12workers", "eval_every_4", "checkpoint_every_5", "cudnn_benchmark", "cudnn_default",
     "disk_loader", "host_metrics", "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index",
     "masked_loss_ignore", "gil_thread", "gil_process", "launch_blocking", "anomaly_mode", "no_caching_allocator",

@@ -4,6 +4,9 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
 
 * ``optimizer-unfused`` → ``optimizer-fused``: a residual MLP of 64 tiny blocks (258 parameter
   tensors), AdamW with ``foreach=False`` (a dozen kernels per parameter) → ``fused=True``.
+* ``recompile-static`` → ``recompile-dynamic``: the compiled MLP of ``compile-*`` fed a different batch size every
+  step (``COMPILE_BATCH`` down to half of it), with Dynamo's automatic dynamic shapes off (every new size compiled
+  again) → on (one dynamic graph after the second size).
 * ``accumulate-unfused`` → ``accumulate-fused``: the same MLP with gradient accumulation: each ``Step i`` is one
   micro-batch, every ``ACCUMULATE``-th also steps AdamW (``foreach=False`` → ``fused=True``).
   ``anomaly-mlp``: the same MLP stepping a fused AdamW every step under anomaly detection (a verdict check).
@@ -390,14 +393,22 @@ def _compile(mode, sched, annotate, dev) -> int:
     for _ in range(COMPILE_BLOCKS):
         layers += [nn.Linear(COMPILE_WIDTH, COMPILE_WIDTH), nn.LayerNorm(COMPILE_WIDTH), nn.GELU()]
     model = nn.Sequential(*layers, nn.Linear(COMPILE_WIDTH, 10)).to(dev)
+    if mode.startswith("recompile"):  # a new batch size every step; static: every size compiled again
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.automatic_dynamic_shapes = mode == "recompile-dynamic"
+        for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):  # names across versions
+            if hasattr(dynamo_config, limit):
+                setattr(dynamo_config, limit, 1024)
     compiled = torch.compile(model, mode="reduce-overhead") if mode == "graphs" else torch.compile(model)
     optimizer = torch.optim.Adam(model.parameters())
     x = torch.randn(COMPILE_BATCH, COMPILE_WIDTH, device=dev)
     y = torch.randint(0, 10, (COMPILE_BATCH,), device=dev)
     for i in range(sched.total):
         sched.before_step(i)
+        rows = COMPILE_BATCH - i % (COMPILE_BATCH // 2) if mode.startswith("recompile") else COMPILE_BATCH
         with annotate(f"Step {i}", color="blue"):
-            _train_step(compiled, optimizer, x, y, annotate)
+            _train_step(compiled, optimizer, x[:rows], y[:rows], annotate)
     return COMPILE_BATCH
 
 

@@ -167,6 +167,11 @@ CAUSE_VARIANTS: dict[str, CauseVariant] = {
                      capture_args="--steps 6"),
         CauseVariant("compile-graphs", "compile", "graphs", "the same with mode='reduce-overhead' (CUDA graphs)",
                      capture_args="--steps 6"),
+        CauseVariant("recompile-static", "compile", "recompile-static",
+                     "compile-steady's MLP with a new batch size every step, automatic dynamic shapes off: a "
+                     "recompilation per step", capture_args="--warmup 2 --steps 4"),
+        CauseVariant("recompile-dynamic", "compile", "recompile-dynamic",
+                     "the same with automatic dynamic shapes on (one dynamic graph)", capture_args="--warmup 2 --steps 4"),
         CauseVariant("link-bound", "link", "bound",
                      "1 GiB pinned host memory per step copied in 32 MiB chunks on 4 streams, one tiny kernel each"),
         CauseVariant("loader-2workers", "loader", "2workers",
