@@ -530,6 +530,16 @@ class Analysis:
         return {(int(p), int(d)): float(v) for (p, d), v in med.items()}
 
     @cached_property
+    def _triton_kernels(self) -> dict[tuple[int, int], float]:
+        """(globalPid, deviceId) -> kernel names that are Triton's (``triton_*``: torch.compile's Inductor, or Triton
+        kernels of the program's own)."""
+        t = self.kernel_table()
+        if t.empty:
+            return {}
+        per = t["name"].str.startswith("triton").groupby([t["globalPid"], t["deviceId"]]).sum()
+        return {(int(p), int(d)): float(v) for (p, d), v in per.items()}
+
+    @cached_property
     def _nccl_streams(self) -> dict[tuple[int, int], tuple[float, int]]:
         """(globalPid, deviceId) -> (share of its NCCL kernel time on compute streams, that stream; -1: none)."""
         per = M.nccl_on_compute_streams(self._kernels, self.trace.nccl_kernel_name_ids)
@@ -539,11 +549,12 @@ class Analysis:
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
         """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy);
         the share of NCCL kernel time on streams that also run compute kernels, and that stream (NaN, -1: none);
-        the median launches per kernel name (kernel_repeats)."""
+        the median launches per kernel name (kernel_repeats); the Triton kernel names (triton_kernels)."""
         nccl_share, nccl_stream = self._nccl_streams.get((pid, dev), (float("nan"), -1))
         return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan"))),
                 "nccl_on_compute_stream_fraction": nccl_share, "nccl_compute_stream": float(nccl_stream),
-                "kernel_repeats": self._kernel_repeats.get((pid, dev), float("nan"))}
+                "kernel_repeats": self._kernel_repeats.get((pid, dev), float("nan")),
+                "triton_kernels": self._triton_kernels.get((pid, dev), 0.0)}
 
     def findings(self) -> list[Finding]:
         """Every device's findings, largest gain first."""

@@ -99,7 +99,7 @@ FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())
 
 
 def test_fix_pairs_table_fields():
-    assert len(FIX_PAIRS) == 25
+    assert len(FIX_PAIRS) == 26
     for row in FIX_PAIRS:
         assert {"bad", "fixed", "fix", "rule", "bad_steps_per_s", "fixed_steps_per_s", "bad_step_ms",
                 "fixed_step_ms", "per"} <= set(row), row

@@ -179,6 +179,8 @@ def dataloader_workers(ev: Evidence) -> Finding | None:
     top = ledger.causes(claim)
     (top_kind, top_cause), top_ns = top[0]
     loading = loads_data(ev)
+    if not loading and ev.get("module_load_calls") >= 1:  # a step that loads kernels compiles before it launches:
+        return None  # the residual names the recompilation or autotuning (no batch to prepare ahead)
     # DataLoader workers hand batches over shared memory (munmap), and the main thread waits for them
     workers = ev.get("munmap_count") >= 1 or (top_kind == "os_wait" and loading)
     where = {"nvtx_range": f"works in '{top_cause}'", "untraced": "works in code no traced call covers (Python/CPU work)",

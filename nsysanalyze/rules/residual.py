@@ -9,8 +9,9 @@ says the GPU waited, with a fix that follows its first cause.
   Python-level locks and queues wait in ``sem_*wait``), held by another Python thread of the process;
 - anything else: take the work off the GPU's critical path.
 
-When the median steady step loads kernels (module loads: compilation or autotuning that never ends) that comes
-first; so does PyTorch's anomaly detection when every copy back is a one-byte flag read, a check per operation
+When the median steady step loads kernels (module loads: compilation or autotuning that never ends) that is the
+fix, in place of the first cause's (the host's waits are the compiler's or autotuner's): torch.compile recompiling
+when the step runs Triton kernels, else autotuning on new shapes; so does PyTorch's anomaly detection when every copy back is a one-byte flag read, a check per operation
 (``host_sync.per_node_checks``): it also records a traceback per forward op. A one-shot capture is told to profile
 a loop instead.
 """
@@ -83,12 +84,20 @@ worker.start()
 
 RETUNING = {  # kernels loaded in every steady step: compilation or autotuning that never ends
     "pytorch": ("Kernels are loaded in every steady step ({loads:.0f} module loads, {syncs:.0f} syncs and "
-                "{allocs:.0f} allocations per step): the step keeps compiling or autotuning. With changing input "
-                "shapes torch.backends.cudnn.benchmark=True autotunes every new shape and torch.compile recompiles: "
-                "keep the shapes fixed (pad or bucket them) or turn cudnn.benchmark off.", ""),
+                "{allocs:.0f} allocations per step): the step keeps autotuning. With changing input shapes "
+                "torch.backends.cudnn.benchmark=True autotunes every new shape: keep the shapes fixed (pad or bucket "
+                "them) or turn cudnn.benchmark off.", ""),
     "default": ("Kernels are loaded in every steady step ({loads:.0f} module loads per step): something keeps "
                 "compiling or autotuning (JIT, autotuning on new shapes): keep it out of the loop.", ""),
 }
+RECOMPILING = ("Kernels are loaded in every steady step ({loads:.0f} module loads per step) and the step runs "
+               "torch.compile's Triton kernels: it recompiles, most often because an input shape (a batch or "
+               "sequence length) changes every step. Mark the changing dimension dynamic, or pad or bucket the "
+               "shapes to a few sizes; TORCH_LOGS=recompiles names the guard that fails.", """
+torch._dynamo.mark_dynamic(x, 0)            # dimension 0 changes every step: one dynamic graph
+model = torch.compile(model, dynamic=True)  # or compile dynamic shapes from the start
+# TORCH_LOGS=recompiles python train.py     # why each recompilation happened
+""")
 
 
 def dispatch_bound(ev: Evidence) -> bool:
@@ -139,9 +148,11 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
     causes = "; ".join(f"{r['cause']} ({r['cause_kind']}, {ms(r['ns'])})" for r in top)
     what, remedy, snippet = _remedy(ev, top[0])
     fix = f"Most of the GPU idle comes from {what}: {remedy}"
-    if ev.per == "step" and ev.get("module_load_calls") >= 1:  # a median step loads kernels: no steady state, first
-        fix = pick(RETUNING, ev.framework)[0].format(loads=ev.get("module_load_calls"), syncs=ev.get("sync_wait_calls"),
-                                                     allocs=ev.get("alloc_calls")) + " " + fix
+    if ev.per == "step" and ev.get("module_load_calls") >= 1:  # a median step loads kernels: that is the host's work
+        recompiling = ev.framework == "pytorch" and ev.facts.get("triton_kernels", 0) > 0
+        words, snippet = RECOMPILING if recompiling else pick(RETUNING, ev.framework)
+        fix = words.format(loads=ev.get("module_load_calls"), syncs=ev.get("sync_wait_calls"),
+                           allocs=ev.get("alloc_calls"))
     if ev.framework == "pytorch" and per_node_checks(ev):  # anomaly detection's host work per op goes first
         fix = (f"Every copy back is a one-byte flag read ({flag_reads(ev):.0f} per {ev.per}), a check per operation: "
                "torch.autograd.set_detect_anomaly(True) checks every backward node this way and records a Python "
