@@ -11,9 +11,9 @@ says the GPU waited, with a fix that follows its first cause.
 
 When the median steady step loads kernels (module loads: compilation or autotuning that never ends) that is the
 fix, in place of the first cause's (the host's waits are the compiler's or autotuner's): torch.compile recompiling
-when the step runs Triton kernels, else autotuning on new shapes; so does PyTorch's anomaly detection when every copy back is a one-byte flag read, a check per operation
-(``host_sync.per_node_checks``): it also records a traceback per forward op. A one-shot capture is told to profile
-a loop instead.
+when the step runs Triton kernels, else compilation or autotuning on new shapes. PyTorch's anomaly detection
+(``host_sync.per_node_checks``: one-byte flag reads per backward node) comes before the fix: it also records a
+traceback per forward op, host work per operation. A one-shot capture is told to profile a loop instead.
 """
 from __future__ import annotations
 
@@ -84,9 +84,9 @@ worker.start()
 
 RETUNING = {  # kernels loaded in every steady step: compilation or autotuning that never ends
     "pytorch": ("Kernels are loaded in every steady step ({loads:.0f} module loads, {syncs:.0f} syncs and "
-                "{allocs:.0f} allocations per step): the step keeps autotuning. With changing input shapes "
-                "torch.backends.cudnn.benchmark=True autotunes every new shape: keep the shapes fixed (pad or bucket "
-                "them) or turn cudnn.benchmark off.", ""),
+                "{allocs:.0f} allocations per step): the step keeps compiling or autotuning. With changing input "
+                "shapes torch.backends.cudnn.benchmark=True autotunes every new shape: keep the shapes fixed (pad or "
+                "bucket them) or turn cudnn.benchmark off.", ""),
     "default": ("Kernels are loaded in every steady step ({loads:.0f} module loads per step): something keeps "
                 "compiling or autotuning (JIT, autotuning on new shapes): keep it out of the loop.", ""),
 }
