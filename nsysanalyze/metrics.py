@@ -35,10 +35,11 @@ clipped to the window; counts and bytes are attributed by activity start):
   kernels and the classes before it, then memsets; they sum to busy_ns (the ledger's busy rows)
 - um_* (copyKind 11-13, unified-memory migrations): bytes, count, ns
 - launch_blocked_kernel_ns: the summed durations of the window's kernels (by start, as kernel_sum_ns) that ended
-  before their launch call returned; launch_wait_ns: the host ns those calls spent from their kernel's start (or
-  their own, when later) to their return. An asynchronous launch returns once its kernel is queued, so only a
-  kernel shorter than the call's tail can end first; a launch that returns after its kernel ran waited for it
-  (CUDA_LAUNCH_BLOCKING=1, or a tool that serializes launches)
+  before their launch call returned; launch_wait_ns: the host ns those calls spent from their first such kernel's
+  start (or their own, when later) to their return, once per call (a graph launch's kernels share one call), by
+  that kernel's start. An asynchronous launch returns once its kernel is queued, so only a kernel shorter than the
+  call's tail can end first; a launch that returns after its kernel ran waited for it (CUDA_LAUNCH_BLOCKING=1, or
+  a tool that serializes launches)
 """
 from __future__ import annotations
 
@@ -390,16 +391,17 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
 def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: start,
     end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a
-    kernel's launch is the call of its process with its correlationId; other calls have other ids). Process by
-    process, a block of kernels at a time; only the kernels that ended inside their call are kept."""
+    kernel's launch is the call of its process with its correlationId; other calls have other ids). A call that
+    launched several kernels (a CUDA graph) waits once: its wait goes with its first kernel. Process by process, a
+    block of kernels at a time; only the kernels that ended inside their call are kept."""
     out = pd.DataFrame({"launch_blocked_kernel_ns": np.zeros(len(windows), dtype=np.int64),
                         "launch_wait_ns": np.zeros(len(windows), dtype=np.int64)}, index=windows.index)
     if windows.empty or kernels.empty or runtime.empty:
         return out
     c_corr, c_start, c_end = (runtime[c].to_numpy() for c in ("correlationId", "start", "end"))
-    k_pid, k_corr, k_end = (kernels[c].to_numpy() for c in ("globalPid", "correlationId", "end"))
+    k_pid, k_corr, k_start, k_end = (kernels[c].to_numpy() for c in ("globalPid", "correlationId", "start", "end"))
     k_rows = dict(rows_by_process(k_pid, of_tid=False))
-    found = []  # (kernel rows, their calls' starts, their calls' ends)
+    rows, waits = [], []  # per process: the kernels that ended inside their call, and each call's wait
     for pid, idx in rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True):
         if pid not in k_rows:
             continue
@@ -408,25 +410,31 @@ def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataF
             order = np.argsort(corr, kind="stable")
             corr, start, end = corr[order], start[order], end[order]
 
-        def blocked(block, corr=corr, start=start, end=end) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def blocked(block, corr=corr, end=end) -> tuple[np.ndarray, np.ndarray]:  # (kernel rows, their calls)
             pos = np.searchsorted(corr, k_corr[block])
             np.minimum(pos, corr.size - 1, out=pos)
             inside = np.flatnonzero((corr[pos] == k_corr[block]) & (k_end[block] <= end[pos]))
-            rows = inside + block.start if isinstance(block, slice) else block[inside]
-            return rows, start[pos[inside]], end[pos[inside]]
-        found += in_blocks(blocked, row_blocks(len(kernels), k_rows[pid]))
-    rows, call_start, call_end = (np.concatenate([f[i] for f in found]) if found else np.empty(0, np.int64)
-                                  for i in range(3))
+            return (inside + block.start if isinstance(block, slice) else block[inside]), pos[inside]
+        parts = list(in_blocks(blocked, row_blocks(len(kernels), k_rows[pid])))
+        mine, call = (np.concatenate([p[i] for p in parts]) for i in range(2))
+        first = np.lexsort((k_start[mine], call))  # by call, then kernel start: each call's first kernel leads
+        first = first[np.concatenate(([True], call[first][1:] != call[first][:-1]))] if first.size else first
+        wait = np.zeros(mine.size, dtype=np.int64)
+        wait[first] = end[call[first]] - np.maximum(start[call[first]], k_start[mine[first]])
+        rows.append(mine)
+        waits.append(wait)
+    rows = np.concatenate(rows) if rows else np.empty(0, np.int64)
     if rows.size == 0:
         return out
-    start, pid, dev = (kernels[c].to_numpy()[rows] for c in ("start", "globalPid", "deviceId"))
-    duration, wait = k_end[rows] - start, call_end - np.maximum(start, call_start)
+    wait = np.concatenate(waits)
+    start, pid, dev = k_start[rows], k_pid[rows], kernels["deviceId"].to_numpy()[rows]
+    duration = k_end[rows] - start
     w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
     for (p, d), w_rows in windows.groupby(["globalPid", "deviceId"]).indices.items():
-        mine = (pid == p) & (dev == d)
+        on = (pid == p) & (dev == d)
         a, b = w_start[w_rows], w_end[w_rows]
-        out.iloc[w_rows, 0] = sum_in_windows(start[mine], duration[mine], a, b)
-        out.iloc[w_rows, 1] = sum_in_windows(start[mine], wait[mine], a, b)
+        out.iloc[w_rows, 0] = sum_in_windows(start[on], duration[on], a, b)
+        out.iloc[w_rows, 1] = sum_in_windows(start[on], wait[on], a, b)
     return out
 
 
