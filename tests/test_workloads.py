@@ -36,7 +36,7 @@ EXPECTED_CAPTURES = [
     "resnet18_prefetch", "resnet18_loader_unnamed", "resnet18_loader_noranges",
     "vit_l32_single", "vit_l32_ddp", "vit_l32_static_graph",
     "vit_l32_bucket_view", "vit_l32_bf16", "vit_l32_powersgd",
-    "dtoh_pageable", "dtoh_pinned_async", "dtoh_deferred", "tinyops_eager", "tinyops_graphs", "gpu_bound",
+    "dtoh_pageable", "dtoh_pinned_async", "dtoh_deferred", "tinyops_eager", "tinyops_graphs", "tinyops_graphs_blocking", "gpu_bound",
     "sync_per_param", "sync_timing", "io_midstep",
     "optimizer_unfused", "optimizer_fused", "accumulate_unfused", "accumulate_fused", "copy_pinned_blocking", "copy_pinned_nonblocking", "clip_item",
     "clip_noitem", "workers_nonpersistent", "workers_persistent", "launchbound_b", "launchbound_4b", "hook_sync",

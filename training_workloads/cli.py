@@ -101,6 +101,7 @@ def scenarios_cmd(variant, warmup, steps, cooldown, no_profiler_range, nvtx_back
     (dtoh-*), launch-bound tiny ops and their CUDA-graph fix (tinyops-*), a healthy GPU-bound loop."""
     from . import scenarios
 
+    os.environ.update(dict(SCENARIO_VARIANTS[variant].env))  # before torch starts CUDA
     try:
         scenarios.run(variant, steps=steps, warmup=warmup, cooldown=cooldown,
                       profiler_range=not no_profiler_range, nvtx_backend=nvtx_backend)

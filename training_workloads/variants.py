@@ -76,6 +76,7 @@ class ScenarioVariant:
     family: str  # "dtoh" | "tinyops" | "gpu-bound" (ResNet-18 on resident data, with the mode's extra per step)
     mode: str
     description: str
+    env: tuple[tuple[str, str], ...] = ()  # environment set before torch starts CUDA (a setting left on)
 
 
 SCENARIO_VARIANTS: dict[str, ScenarioVariant] = {
@@ -93,6 +94,9 @@ SCENARIO_VARIANTS: dict[str, ScenarioVariant] = {
                         "hundreds of ~2 us kernels per step"),
         ScenarioVariant("tinyops-graphs", "tinyops", "graphs",
                         "the same step captured once in a CUDA graph and replayed (Adam(capturable=True))"),
+        ScenarioVariant("tinyops-graphs-blocking", "tinyops", "graphs",
+                        "tinyops-graphs with CUDA_LAUNCH_BLOCKING=1 (each graph launch waits for its kernels)",
+                        env=(("CUDA_LAUNCH_BLOCKING", "1"),)),
         ScenarioVariant("gpu-bound", "gpu-bound", "resident",
                         "ResNet-18, batch 128 at 224x224, data resident on the GPU: nothing to fix on the input side"),
         ScenarioVariant("sync-per-param", "gpu-bound", "grad-norm-items",
