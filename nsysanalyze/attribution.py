@@ -76,6 +76,7 @@ SHORT_GAP_NS = 100_000  # idle gaps shorter than this (µs-scale) are launch gap
 DISPATCH_GAP_NS = 1_000_000  # ... and than this, the host's work per operation (e.g. an eager framework's dispatch)
 GAP_LIMITS = {"idle_short_gap_ns": SHORT_GAP_NS, "idle_dispatch_gap_ns": DISPATCH_GAP_NS}
 LONG_LAUNCH_NS = 1_000_000  # a launch call this long while the GPU idles is loading its module (1000x a launch)
+LOADING_LAUNCH = "kernel launch loading its module"  # such a launch's cause (warm-up kind)
 OTHER_THREAD_LAUNCHES = "between launches on another thread"  # the launch gaps of a thread other than the primary one
 LONG_INIT_NS = 10_000_000   # an allocation call this long while the GPU idles is creating the CUDA context
 # 'jit' as a word, not as the name of a jitted function run in steady state: XLA names the ranges of a compiled
@@ -259,7 +260,7 @@ def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.Data
     if len(long_rows):
         parts.append(_labelled(long_rows, rt_pid[long_launch], WARMUP,
                                pd.Categorical.from_codes(np.zeros(len(long_rows), np.int8),
-                                                         ["kernel launch loading its module"])))
+                                                         [LOADING_LAUNCH])))
     labelled = []
     launches = np.flatnonzero(launching & ~long_launch)
     for rows, label in (({c: runtime[c].to_numpy()[launches] for c in ("start", "end", "globalTid")}, "kernel launch"),

@@ -450,3 +450,13 @@ def test_a_recompilation_every_step_is_named_with_its_fix():
     assert "recompiles" in found[0].fix and "mark_dynamic" in found[0].snippet and "cudnn" not in found[0].fix
     cudnn = findings("cudnn_benchmark.sqlite")[0]
     assert "cudnn.benchmark" in cudnn.fix and "mark_dynamic" not in cudnn.snippet
+
+
+def test_a_blocking_graph_launch_is_not_module_loading():
+    """tinyops-graphs with CUDA_LAUNCH_BLOCKING=1: one cudaGraphLaunch per step returns after its ~1,000 kernels ran
+    (3.3 ms). A launch that long used to read as "kernel launch loading its module" (warm-up: "profile after
+    warm-up"); launch-blocking now comes first and takes those rows, and the call's wait counts once, not once per
+    kernel of the graph (which summed past the step)."""
+    found = findings("tinyops_graphs_blocking.sqlite")
+    assert [f.rule for f in found] == ["launch-blocking"]
+    assert 3.0e6 < found[0].evidence["launch_wait_ns"] < 3.6e6 and found[0].evidence["launch_calls"] == 1

@@ -134,7 +134,7 @@ def all_rules() -> list[Rule]:
     exposed NCCL), and periodic stalls (slow steps outside the median step's ledger: they claim no row)."""
     from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch, periodic
     ip = input_pipeline
-    return [host_causes.warmup_capture, launch.launch_blocking, ddp.host_allreduce, ip.pin_memory, *host_causes.RULES,
+    return [launch.launch_blocking, host_causes.warmup_capture, ddp.host_allreduce, ip.pin_memory, *host_causes.RULES,
             ip.dataloader_workers, *host_sync.RULES,
             *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES,
             *periodic.RULES]

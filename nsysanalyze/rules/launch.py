@@ -6,7 +6,9 @@ launch call returns only when it is shorter than the call's tail (at most 3% of 
 exports this project checks, launch-bound loops included); when most of the kernel time ends inside the launch
 calls, every launch waited for its kernel: CUDA_LAUNCH_BLOCKING=1, or a tool that serializes launches. The GPU
 then idles while the host returns from each call and issues the next. Making launches asynchronous again takes
-the waits (launch_wait_ns) off the host, so the gain is at most those waits, and at most the launch-path idle.
+the waits (launch_wait_ns) off the host, so the gain is at most those waits, and at most the launch-path idle. A
+blocking launch of many kernels (a CUDA graph) lasts milliseconds without loading a module: the rule comes before
+warm-up's and takes those "kernel launch loading its module" rows as the waits' too.
 
 The cause shows in the shape of the idle: a launch-bound loop leaves many µs-scale gaps between
 kernels (attribution.SHORT_GAP_NS), not a few long waits — gaps that no host sync explains (a sync
@@ -26,7 +28,9 @@ profiled loop and overstates the unprofiled gain; the fix says so.
 """
 from __future__ import annotations
 
-from ..attribution import SHORT_GAP_NS
+import re
+
+from ..attribution import LOADING_LAUNCH, SHORT_GAP_NS
 from ..units import ms, size
 from . import Evidence, Finding, make_finding
 from .fixes import pick, unset_variable
@@ -140,7 +144,8 @@ def launch_blocking(ev: Evidence) -> Finding | None:
     if not kernel_ns or blocked < BLOCKING_SHARE * kernel_ns:
         return None
     ledger, wait = ev.ledger, ev.get("launch_wait_ns")
-    path = ledger.idle(kinds=("launch", "nvtx_range"), after_sync=False)
+    # a launch that waits for its kernels is long without loading anything: its warm-up rows are the waits' too
+    path = ledger.idle(kinds=("launch", "nvtx_range"), after_sync=False) | ledger.idle(causes=re.escape(LOADING_LAUNCH))
     # host work (ledger.host_work_ns) already leaves out the launch calls: the waits bound the gain as a cap
     bound = ledger.what_if(ledger.ns(path), caps={"host waits in launches": wait}).gain_ns
     rows = ledger.smallest_rows(path, bound)
