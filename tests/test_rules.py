@@ -229,8 +229,10 @@ def test_host_sync_without_copies():
      "copies: .to(device) without non_blocking=True waits for each copy (3.0 MB, 50% of it from pageable memory)"),
     (dict(htod_count=1), {}, "Remove per-step host synchronizations"),                 # 1 copy for 3 syncs
     (dict(htod_count=3, htod_bytes=3e6), dict(dtoh_count=3, dtoh_bytes=12), "Remove per-step host synchronizations"),
-    (dict(htod_count=1), dict(dtoh_count=3, dtoh_bytes=3), "Each sync reads one byte back: the host checks a boolean "
+    (dict(htod_count=1), dict(dtoh_count=3, dtoh_bytes=3), "The syncs read one byte back: the host checks a boolean "
      "flag (3 per step: if t.any():, bool(t), torch.isnan(x).any()), and waits for the GPU each time. Keep"),  # flags
+    (dict(htod_count=1), dict(dtoh_count=14, dtoh_bytes=17), "The syncs read one byte back"),  # 13 flags and a loss
+    (dict(htod_count=1), dict(dtoh_count=14, dtoh_bytes=56), "Remove per-step host synchronizations"),  # 4-byte reads
 ])
 def test_host_sync_names_copies_to_the_gpu_as_the_source_when_they_come_with_the_syncs(copies, back, starts):
     """3 syncs per step: with at least half as many host-to-device copies and no copies back, the syncs are the
@@ -251,7 +253,7 @@ def test_one_byte_reads_name_anomaly_detection_only_from_another_thread(where, a
     e = ev(idle_fraction=0.13, idle_ns=13 * MS, sync_wait_calls=20, sync_wait_ns=2 * MS, dtoh_count=20, dtoh_bytes=20,
            gap_rows=[(where, cause, 10 * MS, 0, 10 * MS)])
     (f,) = [f for f in diagnose([e]) if f.rule == "host-sync"]
-    assert f.fix.startswith("Each sync reads one byte back") and ("set_detect_anomaly(True)" in f.fix) == anomaly
+    assert f.fix.startswith("The syncs read one byte back") and ("set_detect_anomaly(True)" in f.fix) == anomaly
 
 
 def test_removing_syncs_cannot_remove_the_host_work_between_them():

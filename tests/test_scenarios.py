@@ -394,7 +394,7 @@ def test_one_byte_reads_per_backward_node_name_anomaly_detection():
     found = findings("anomaly_mode.sqlite")
     sync, residual = (next(f for f in found if f.rule == r) for r in ("host-sync", "gpu-idle-unexplained"))
     assert "one byte" in sync.fix and "set_detect_anomaly" in sync.fix and "set_detect_anomaly(False)" in sync.snippet
-    assert residual.fix.startswith("Every copy back is a one-byte flag read (141 per step)")
+    assert residual.fix.startswith("The copies back are one-byte flag reads (141 per step)")
     for other in ("hook_sync.sqlite", "sync_per_param.sqlite"):
         assert not any("anomaly" in f.fix for f in findings(other))
 
@@ -433,7 +433,7 @@ def test_the_new_signatures_hold_on_a_second_model_and_the_driver_api():
     (the residual, jax.jit, comes first)."""
     found = {f.rule: f for f in findings("anomaly_mlp.sqlite")}
     assert "set_detect_anomaly(True)" in found["host-sync"].fix and found["host-sync"].evidence["sync_wait_calls"] == 645
-    assert found["gpu-idle-unexplained"].fix.startswith("Every copy back is a one-byte flag read (645 per step)")
+    assert found["gpu-idle-unexplained"].fix.startswith("The copies back are one-byte flag reads (645 per step)")
     jax = findings("jax_eager_blocking.sqlite")
     assert [f.rule for f in jax] == ["gpu-idle-unexplained", "launch-blocking"] and "jax.jit" in jax[0].fix
     assert jax[1].evidence["blocked_kernel_ns"] == jax[1].evidence["kernel_sum_ns"] and jax[1].gain_ns < 1.5e6

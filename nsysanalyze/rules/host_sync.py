@@ -8,7 +8,8 @@ idle is pin-memory's, which claims it first.
 
 When the step's host-to-device copies are at least half as many as its syncs (and copies back are not), the
 syncs are the host waiting for its own copies (``.to(device)`` without ``non_blocking``): the fix names them.
-When every copy back is one byte, the host reads boolean flags (``if t.any():``, ``bool(t)``); from PER_NODE_READS
+When nearly every copy back is one byte (FLAG_BYTES), the host reads boolean flags (``if t.any():``, ``bool(t)``);
+from PER_NODE_READS
 per step, with the GPU waiting after them mostly on another thread's launches (autograd's), that is PyTorch's
 anomaly detection checking every backward node (it also records a Python traceback for every forward op, host work
 this bound does not price): the fix names it.
@@ -30,6 +31,7 @@ MIN_SHARE = 0.05       # stall (exposed copy + post-sync idle) worth fixing, as 
 MIN_DTOH_BYTES = 1e6   # bytes copied back per step that make the copies, not the syncs, the subject
 SYNC_API = r"cu(da)?(Stream|Device|Ctx|Event)Synchronize"
 PER_NODE_READS = 10    # one-byte reads per step from which they are a per-operation check, not the step's own
+FLAG_BYTES = 1.25      # bytes per copy back, on average, of flag reads (one byte each; a 4-byte scalar in 13 allowed)
 
 DTOH_FIX = {
     "pytorch": ("Keep per-step values on the GPU and sync every N steps; copy outputs into a preallocated pinned "
@@ -103,7 +105,7 @@ flat = torch.cat([v.flatten() for v in batch.values()]).pin_memory().to(device, 
 
 
 FLAG_SYNC_FIX = {  # the syncs read one byte each: boolean flags checked on the host
-    "pytorch": ("Each sync reads one byte back: the host checks a boolean flag ({reads:.0f} per {per}: "
+    "pytorch": ("The syncs read one byte back: the host checks a boolean flag ({reads:.0f} per {per}: "
                 "if t.any():, bool(t), torch.isnan(x).any()), and waits for the GPU each time.{anomaly} Keep such "
                 "checks off the per-step path: check every N steps, or on the GPU (torch.nan_to_num, "
                 "torch._assert_async).", """
@@ -112,7 +114,7 @@ found_nan = torch.zeros((), dtype=torch.bool, device="cuda")   # once, before th
 found_nan |= torch.isnan(loss).any()       # every step, on the GPU
 if step % 100 == 0 and found_nan.item(): ...   # read every N steps
 """),
-    "default": ("Each sync reads one byte back: the host checks a boolean flag ({reads:.0f} per {per}) and waits for "
+    "default": ("The syncs read one byte back: the host checks a boolean flag ({reads:.0f} per {per}) and waits for "
                 "the GPU each time; check it every N steps, or keep the check on the device.", ""),
 }
 ANOMALY = {  # {anomaly} above, from PER_NODE_READS reads per step
@@ -124,10 +126,10 @@ ANOMALY = {  # {anomaly} above, from PER_NODE_READS reads per step
 
 
 def flag_reads(ev: Evidence) -> float:
-    """The window's copies back when every one is a single byte (the host reading boolean flags; as many bytes as
-    copies, each at least one), else 0."""
+    """The window's copies back when nearly every one is a single byte (the host reading boolean flags: at most
+    FLAG_BYTES per copy on average, so a loss read now and then beside them still counts), else 0."""
     reads = ev.get("dtoh_count")
-    return reads if reads >= 1 and ev.get("dtoh_bytes") == reads else 0.0
+    return reads if reads >= 1 and ev.get("dtoh_bytes") <= FLAG_BYTES * reads else 0.0
 
 
 def per_node_checks(ev: Evidence) -> bool:

@@ -154,7 +154,7 @@ def unexplained_idle(ev: Evidence, findings: list[Finding]) -> Finding | None:
         fix = words.format(loads=ev.get("module_load_calls"), syncs=ev.get("sync_wait_calls"),
                            allocs=ev.get("alloc_calls"))
     if ev.framework == "pytorch" and per_node_checks(ev):  # anomaly detection's host work per op goes first
-        fix = (f"Every copy back is a one-byte flag read ({flag_reads(ev):.0f} per {ev.per}), a check per operation: "
+        fix = (f"The copies back are one-byte flag reads ({flag_reads(ev):.0f} per {ev.per}), a check per operation: "
                "torch.autograd.set_detect_anomaly(True) checks every backward node this way and records a Python "
                "traceback for every forward op, host work per operation. Turn it off first, then judge what "
                "remains. " + fix)
