@@ -9,10 +9,9 @@ idle is pin-memory's, which claims it first.
 When the step's host-to-device copies are at least half as many as its syncs (and copies back are not), the
 syncs are the host waiting for its own copies (``.to(device)`` without ``non_blocking``): the fix names them.
 When nearly every copy back is one byte (FLAG_BYTES), the host reads boolean flags (``if t.any():``, ``bool(t)``);
-from PER_NODE_READS
-per step, with the GPU waiting after them mostly on another thread's launches (autograd's), that is PyTorch's
-anomaly detection checking every backward node (it also records a Python traceback for every forward op, host work
-this bound does not price): the fix names it.
+from PER_NODE_READS per step, with the GPU waiting after them mostly on another thread's launches (autograd's), that
+is PyTorch's anomaly detection checking every backward node (it also records a Python traceback for every forward
+op, host work this bound does not price): the fix names it.
 
 What removing a sync can gain: at most the idle it causes — in and right after the sync, and the short
 launch gaps of the host catching up after it, as far as the bound allows — no more than the GPU work that
