@@ -401,7 +401,7 @@ def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataF
     c_corr, c_start, c_end = (runtime[c].to_numpy() for c in ("correlationId", "start", "end"))
     k_pid, k_corr, k_start, k_end = (kernels[c].to_numpy() for c in ("globalPid", "correlationId", "start", "end"))
     k_rows = dict(rows_by_process(k_pid, of_tid=False))
-    rows, waits = [], []  # per process: the kernels that ended inside their call, and each call's wait
+    kept, waits = [], []  # per process: the kernels that ended inside their call, and each call's wait
     for pid, idx in rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True):
         if pid not in k_rows:
             continue
@@ -421,9 +421,9 @@ def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataF
         first = first[np.concatenate(([True], call[first][1:] != call[first][:-1]))] if first.size else first
         wait = np.zeros(mine.size, dtype=np.int64)
         wait[first] = end[call[first]] - np.maximum(start[call[first]], k_start[mine[first]])
-        rows.append(mine)
+        kept.append(mine)
         waits.append(wait)
-    rows = np.concatenate(rows) if rows else np.empty(0, np.int64)
+    rows = np.concatenate(kept) if kept else np.empty(0, np.int64)
     if rows.size == 0:
         return out
     wait = np.concatenate(waits)
