@@ -216,6 +216,7 @@ class Analysis:
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
+        self._launch_medians  # noqa: B018 (the runtime calls are dropped below)
         waits = M.launch_waits(windows, self._kernels, self._runtime_calls)
         # streams and correlationIds are done with (the steps are projected, the launches joined)
         kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
@@ -540,6 +541,17 @@ class Analysis:
         return {(int(p), int(d)): float(v) for (p, d), v in per.items()}
 
     @cached_property
+    def _fp32_matmul(self) -> dict[tuple[int, int], dict]:
+        """(globalPid, deviceId) -> fp32_matmul_ns, fp32_matmul_share and fp32_matmul_top (kernels.fp32_matmul_time)."""
+        per = K.fp32_matmul_time(self.kernel_table())
+        return {(int(r.pop("globalPid")), int(r.pop("deviceId"))): r for r in per.to_dict("records")}
+
+    @cached_property
+    def _launch_medians(self) -> dict[int, float]:
+        """globalPid -> its median kernel launch call (ns; metrics.median_launch_ns)."""
+        return M.median_launch_ns(self._runtime_calls, self._api_names)
+
+    @cached_property
     def _nccl_streams(self) -> dict[tuple[int, int], tuple[float, int]]:
         """(globalPid, deviceId) -> (share of its NCCL kernel time on compute streams, that stream; -1: none)."""
         per = M.nccl_on_compute_streams(self._kernels, self.trace.nccl_kernel_name_ids)
@@ -549,12 +561,16 @@ class Analysis:
     def _device_facts(self, pid: int, dev: int) -> dict[str, float]:
         """Per-device facts: the share of HtoD copies issued on streams that also run kernels (NaN: no HtoD copy);
         the share of NCCL kernel time on streams that also run compute kernels, and that stream (NaN, -1: none);
-        the median launches per kernel name (kernel_repeats); the Triton kernel names (triton_kernels)."""
+        the median launches per kernel name (kernel_repeats); the Triton kernel names (triton_kernels); the fp32
+        FMA matrix kernels' time per step (or capture), share and largest name (kernels.fp32_matmul_time); the
+        process's median launch call (launch_median_ns, NaN: no launch)."""
         nccl_share, nccl_stream = self._nccl_streams.get((pid, dev), (float("nan"), -1))
         return {"htod_on_kernel_streams_fraction": float(self._htod_on_kernel_streams.get((pid, dev), float("nan"))),
                 "nccl_on_compute_stream_fraction": nccl_share, "nccl_compute_stream": float(nccl_stream),
                 "kernel_repeats": self._kernel_repeats.get((pid, dev), float("nan")),
-                "triton_kernels": self._triton_kernels.get((pid, dev), 0.0)}
+                "triton_kernels": self._triton_kernels.get((pid, dev), 0.0),
+                "launch_median_ns": self._launch_medians.get(pid, float("nan")),
+                **self._fp32_matmul.get((pid, dev), {})}
 
     def findings(self) -> list[Finding]:
         """Every device's findings, largest gain first."""

@@ -49,7 +49,7 @@ GLOSSARY: dict[str, str] = {
               "and host memory, memsets) or GPU idle by cause. Each finding claims the rows its fix removes; no "
               "row is claimed twice.",
     "host work": "The host's own work in the window: its CPU range less the time it waits for the GPU in syncs, "
-                 "blocking copies and launches. A step cannot get shorter than it.",
+                 "blocking copies and launches, at most the window. A step cannot get shorter than it.",
     "all fixes together": "The window after every finding's fix at once (gpu-idle-unexplained, the idle no fix "
                           "names, aside): the window less their gains, never below the GPU or host work they leave.",
     "confidence": "How sure the rule is that its cause is the right one (direct evidence: high; inferred: lower).",

@@ -18,6 +18,37 @@ import pandas as pd
 from .intervals import group_codes, group_indices, row_blocks
 from .metrics import steady_steps
 
+# Matrix kernels (GEMMs, convolutions) that compute in full fp32 on the FMA units: cuBLAS' ``*sgemm*`` and
+# ``xmma_gemm_f32f32_f32f32_f32_*_ffma_*``, CUTLASS' ``simt_sgemm``, cuDNN's ``implicit_convolve_sgemm``,
+# ``xmma_*_implicit_gemm_f32f32_f32f32_*_ffma`` and its older float engines (``dgrad_engine<float, ...>``,
+# ``wgrad_alg0_engine<float, ...>``, ``dgrad2d_alg1_1<float, ...>``: their demangled names carry the type) kernels. Tensor-core kernels name their MMA or input type (``tf32``,
+# ``s1688``/``s16816``, ``tensorop``, ``hmma``, ``gmma``, ``bf16``, ``f16``), GEMVs and small-N GEMMs
+# (``gemv``, ``gemmSN``) are memory-bound: neither is counted.
+FP32_FMA_MATMUL = r"(?i)sgemm|(?:gemm|conv|fprop|dgrad|wgrad).*_ffma(?:_|$)|(?:dgrad|wgrad)\w*<float\b"
+NOT_FP32_FMA_MATMUL = r"(?i)tf32|tensorop|s1688|s16816|hmma|gmma|bf16|f16|half|int8|gemv|gemmSN"
+MATMUL_COLUMNS = ["globalPid", "deviceId", "fp32_matmul_ns", "fp32_matmul_share", "fp32_matmul_top"]
+
+
+def fp32_fma_matmul(names: pd.Series) -> np.ndarray:
+    """Whether each kernel name is a matrix kernel computing in full fp32 on the FMA units (FP32_FMA_MATMUL)."""
+    names = names.astype(str)
+    return (names.str.contains(FP32_FMA_MATMUL) & ~names.str.contains(NOT_FP32_FMA_MATMUL)).to_numpy(bool)
+
+
+def fp32_matmul_time(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (globalPid, deviceId) of a per-kernel table (:func:`aggregate`): the fp32 FMA matrix kernels' time
+    (``fp32_matmul_ns``: ns per steady step when the table has steps, else over the capture), their share of the
+    device's kernel time, and the largest one's name (``fp32_matmul_top``). Devices without one are left out."""
+    chosen = table[fp32_fma_matmul(table["name"])] if len(table) else table
+    if chosen.empty:
+        return pd.DataFrame(columns=MATMUL_COLUMNS)
+    per_step = pd.to_numeric(chosen["per_step_ns"], errors="coerce").to_numpy(np.float64)
+    ns = np.where(np.isnan(per_step), chosen["total_ns"].to_numpy(np.float64), per_step)
+    grouped = chosen.assign(ns=ns).groupby(["globalPid", "deviceId"], sort=False)
+    out = grouped.agg(fp32_matmul_ns=("ns", "sum"), fp32_matmul_share=("share", "sum"), fp32_matmul_top=("name", "first"))
+    return out.reset_index()[MATMUL_COLUMNS]
+
+
 KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
                   "share", "steps", "per_step_ns", "launches_per_step"]
 UNNAMED = "(unnamed kernel)"

@@ -111,11 +111,13 @@ def largest_first(keys: list, ns: np.ndarray) -> list[tuple[object, float]]:
 
 def host_work_ns(m: dict[str, float]) -> float:
     """The host's own work in the window (ns): its CPU range (``cpu_ns``, the window itself for captures and
-    inferred steps; at most the window) less the time its threads spend in CUDA calls that wait for the GPU
-    (HOST_WAITS). It stays when a sync goes; OS waits (a loader worker's queue) count as host work."""
+    inferred steps) less the time its threads spend in CUDA calls that wait for the GPU (HOST_WAITS), at most the
+    window. The waits are counted in the CPU range, so they come off it before the clamp: a host that runs ahead
+    and blocks in a full launch queue has a CPU range longer than the GPU's step. It stays when a sync goes; OS
+    waits (a loader worker's queue) count as host work."""
     cpu = m.get("cpu_ns") or m.get("window_ns") or 0.0
     waits = sum((m.get(k) or 0.0) for k in HOST_WAITS if m.get(k) == m.get(k))  # NaN: no runtime table
-    return max(0.0, min(float(cpu), float(m.get("window_ns") or cpu)) - waits)
+    return max(0.0, min(float(cpu) - waits, float(m.get("window_ns") or cpu)))
 
 
 @dataclass(frozen=True)

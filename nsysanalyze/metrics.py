@@ -388,6 +388,20 @@ def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def median_launch_ns(runtime: pd.DataFrame, names: dict[int, str]) -> dict[int, float]:
+    """globalPid -> the median duration (ns) of its kernel launch calls (API_PATTERNS' 'launch'): a launch's own
+    host cost. A call that finds the GPU's launch queue full waits for a slot, so the longer calls of a GPU-bound
+    loop are mostly waiting; the median stands for the call that did not (fewer than half of a loop's calls
+    wait: a queue holds on the order of a thousand launches)."""
+    ids = np.array([i for i, c in api_categories(names).items() if c == "launch"], dtype=np.int64)
+    launches = runtime[np.isin(runtime["nameId"].to_numpy(), ids)]
+    if launches.empty:
+        return {}
+    ns = (launches["end"] - launches["start"]).to_numpy(np.int64)
+    med = pd.Series(ns).groupby(pid_of(launches["globalTid"])).median()
+    return {int(p): float(v) for p, v in med.items()}
+
+
 def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: start,
     end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a

@@ -67,8 +67,9 @@ def test_what_if_bound_is_the_smallest_limit():
 def test_host_work_leaves_out_waits_for_the_gpu():
     m = {"window_ns": 100.0, "cpu_ns": 120.0, "sync_wait_ns": 10.0, "sync_copy_ns": 5.0, "async_copy_ns": float("nan"),
          "launch_ns": 20.0}
-    assert host_work_ns(m) == 100.0 - 35.0  # the CPU range capped at the window, NaN (no runtime table) skipped
-    assert Ledger.of(nsysanalyze.ledger.EMPTY_ROWS, m).host_work_ns == 65.0
+    assert host_work_ns(m) == 120.0 - 35.0  # the waits off the CPU range, NaN (no runtime table) skipped
+    assert Ledger.of(nsysanalyze.ledger.EMPTY_ROWS, m).host_work_ns == 85.0
+    assert host_work_ns({**m, "cpu_ns": 150.0}) == 100.0  # then capped at the window
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -45,8 +45,10 @@ EXPECTED_CAPTURES = [
     "loader_2workers", "loader_12workers", "eval_every_4", "checkpoint_every_5", "cudnn_benchmark", "cudnn_default",
     "disk_loader", "host_metrics", "small_copies", "amp_scaler_foreach", "amp_scaler_fused", "masked_loss_index",
     "masked_loss_ignore", "gil_thread", "gil_process", "launch_blocking", "anomaly_mode", "no_caching_allocator",
-    "debug_off", "anomaly_mlp", "emit_nvtx", "emit_nvtx_only",
-    "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "jax_eager", "jax_jit", "jax_callback", "numba_tinyops",
+    "debug_off", "anomaly_mlp", "vit_fp32", "vit_tf32", "vit_bf16", "lm_fp32", "lm_tf32", "conv_fp32", "conv_tf32",
+    "emit_nvtx", "emit_nvtx_only",
+    "gloo_8rank", "gloo_8rank_slow", "jax_pageable", "jax_eager", "jax_jit", "jax_callback", "jax_highest", "jax_default",
+    "numba_tinyops",
     "numba_fused", "cupy_tinyops", "cupy_fused", "jax_eager_platform", "cupy_tinyops_nopool", "cupy_tinyops_blocking",
     "jax_eager_blocking",
     "cupy_pageable", "cupy_managed", "mpi_hoststaged",
@@ -99,7 +101,7 @@ FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())
 
 
 def test_fix_pairs_table_fields():
-    assert len(FIX_PAIRS) == 26
+    assert len(FIX_PAIRS) == 30
     for row in FIX_PAIRS:
         assert {"bad", "fixed", "fix", "rule", "bad_steps_per_s", "fixed_steps_per_s", "bad_step_ms",
                 "fixed_step_ms", "per"} <= set(row), row

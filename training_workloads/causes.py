@@ -41,6 +41,10 @@ Pairs (``bad`` → ``fixed``; the same program except for the fix):
   ``emit-nvtx-only`` run the plain loop under ``torch.autograd.profiler.emit_nvtx()`` (an NVTX range per op), with
   and without the program's own ranges: checks of the step detection.
 
+* ``vit-fp32`` → ``vit-tf32`` (and ``vit-bf16``), ``lm-fp32`` → ``lm-tf32``, ``conv-fp32`` → ``conv-tf32``: GPU-bound
+  models whose matmuls (convolutions for ``conv``) run in full fp32 on the FMA units → TF32 tensor cores (bf16
+  autocast); see ``_precision``.
+
 Host causes (no fixed twin): ``checkpoint-per-step`` (``torch.save`` of model and optimizer state
 every step), ``empty-cache-per-step`` (``torch.cuda.empty_cache()`` every step, image size alternating
 224/256, so the allocator returns and re-allocates its blocks), ``compile-warmup`` (``torch.compile``
@@ -95,6 +99,8 @@ SHAPE_BASE, SHAPE_STEP = 160, 8        # cudnn-*: step i's images are (SHAPE_BAS
 SMALL_TENSORS, SMALL_SHAPE = 64, (32, 64)  # small-copies: a dict batch of 64 pageable 8 KB tensors
 DISK_FILES = 64                        # disk-loader: sample files (3x224x224 fp32, 602 KB each), read from disk
 METRICS_S = 0.015                      # host-metrics: CPU seconds of per-step metric work after the optimizer
+LM_WIDTH, LM_SEQ, LM_BATCH, LM_VOCAB = 1024, 512, 8, 8192  # precision lm-*: the transformer encoder's shape
+CONV_BATCH = 64                        # precision conv-*: ResNet-50's batch
 STATS_BUSY_S, STATS_PAUSE_S = 0.003, 0.003  # gil-*: the background loop's pure-Python work, then its sleep
 
 
@@ -614,6 +620,55 @@ def _gil(mode, sched, annotate, dev) -> int:
     return RESNET_BATCH
 
 
+def _precision(mode, sched, annotate, dev) -> int:
+    """GPU-bound models in fp32 on a resident batch, by mode ``MODEL-PRECISION``: ``vit`` is the DDP article's
+    ViT-L/32 (batch 32, SGD), ``lm`` a 6-layer transformer encoder over token embeddings (width ``LM_WIDTH``,
+    sequence ``LM_SEQ``, batch ``LM_BATCH``, AdamW(fused=True), a vocabulary head), ``conv`` ResNet-50 (batch
+    ``CONV_BATCH``, SGD). ``fp32``: PyTorch's defaults, where matmuls run in full fp32 on the FMA units
+    (``torch.backends.cuda.matmul.allow_tf32`` is off; cuDNN's convolutions use TF32 already); ``conv-fp32`` also
+    turns cuDNN's TF32 off, as a reproducibility setting does; ``tf32``: ``set_float32_matmul_precision("high")``
+    (TF32 tensor cores for matmuls; cuDNN's default); ``bf16``: the fp32 defaults under bf16 autocast."""
+    import contextlib
+
+    import torch
+
+    model_name, precision = mode.split("-")
+    torch.backends.cudnn.allow_tf32 = not (model_name == "conv" and precision == "fp32")
+    if precision == "tf32":
+        torch.set_float32_matmul_precision("high")
+    if model_name == "vit":
+        from torchvision.models import vit_l_32
+
+        model, batch = vit_l_32(weights=None).to(dev).train(), 32
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x, y = torch.randn(batch, 3, 224, 224, device=dev), torch.randint(0, 1000, (batch,), device=dev)
+    elif model_name == "conv":
+        import torchvision
+
+        model, batch = torchvision.models.resnet50().to(dev).train(), CONV_BATCH
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        x, y = torch.randn(batch, 3, 224, 224, device=dev), torch.randint(0, 1000, (batch,), device=dev)
+    else:
+        batch = LM_BATCH
+        layer = torch.nn.TransformerEncoderLayer(LM_WIDTH, LM_WIDTH // 64, 4 * LM_WIDTH, batch_first=True)
+        model = torch.nn.Sequential(torch.nn.Embedding(LM_VOCAB, LM_WIDTH), torch.nn.TransformerEncoder(layer, 6),
+                                    torch.nn.Linear(LM_WIDTH, LM_VOCAB)).to(dev).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        x = torch.randint(0, LM_VOCAB, (batch, LM_SEQ), device=dev)
+        y = torch.randint(0, LM_VOCAB, (batch, LM_SEQ), device=dev)
+    print(f"INFO precision: model={model_name} precision={precision} "
+          f"matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32} cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}",
+          file=sys.stderr)
+
+    def loss_of(logits, target):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1))
+
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    with autocast:
+        _resident_steps(model, optimizer, x, y, sched, annotate, loss_of)
+    return batch
+
+
 def _debug(mode, sched, annotate, dev) -> int:
     """ResNet-18 b32 on a resident batch; ``launch-blocking`` and ``no-caching`` set their variable through
     ``CauseVariant.env``, ``anomaly`` turns on autograd's anomaly detection, ``emit-nvtx`` runs the loop under
@@ -637,7 +692,7 @@ FAMILIES = {"optimizer": _optimizer, "accumulate": _accumulate, "copy": _copy, "
             "link": _link, "amp": _amp, "masked": _masked, "loader": _loader,
             "eval": _eval, "small-copies": _small_copies, "checkpoint-every": _checkpoint_every,
             "cudnn": _cudnn, "disk-loader": _disk_loader, "host-metrics": _host_metrics,
-            "gil": _gil, "debug": _debug}
+            "gil": _gil, "debug": _debug, "precision": _precision}
 
 
 def run_gloo(variant: str, *, steps: int = 5, warmup: int = 15, cooldown: int = 1, profiler_range: bool = True,

@@ -12,7 +12,9 @@ instead of as command buffers, and preallocation is off. The capture window is o
 resident batch; ``eager`` runs the training step op by op (each primitive dispatched from Python, a few
 kernels per op), ``jit`` compiles the same step with ``jax.jit``, ``callback`` is ``jit`` with a
 ``jax.debug.callback`` inside the step that logs the loss on the host (``CALLBACK_S`` of Python work, as a
-logging hook left in a training step). The loss stays on the GPU (read once at the end). NVTX: ``Step {i}`` ⊃
+logging hook left in a training step). ``highest`` → ``default``: a wide MLP (``WIDE_LAYERS`` x ``WIDE_WIDTH``,
+batch ``WIDE_BATCH``) under ``jax.jit`` with ``jax_default_matmul_precision="highest"`` (full fp32 matmuls) →
+JAX's default precision. The loss stays on the GPU (read once at the end). NVTX: ``Step {i}`` ⊃
 ``train step``.
 """
 
@@ -29,6 +31,7 @@ from .schedule import StepSchedule
 
 BATCH, FEATURES, HIDDEN, CLASSES, BANK = 256, 12288, 2048, 10, 4
 SMALL_BATCH, SMALL_WIDTH, SMALL_LAYERS = 64, 512, 6
+WIDE_BATCH, WIDE_WIDTH, WIDE_LAYERS = 2048, 4096, 4  # highest/default: a GPU-bound MLP (matmul precision)
 CALLBACK_S = 0.001  # callback: Python work of the host callback per step (formatting and keeping a log line)
 
 
@@ -42,8 +45,13 @@ def run(mode: str = "pageable", *, steps: int = 3, warmup: int = 10, cooldown: i
     annotate, nvtx_desc = get_annotator(nvtx_backend)
     print(f"INFO workload=programs variant=jax-{mode} jax={jax.__version__} devices={jax.devices()} "
           f"nvtx={nvtx_desc!r}", file=sys.stderr)
-    small = mode != "pageable"
-    sizes = [SMALL_WIDTH] * SMALL_LAYERS + [CLASSES] if small else [FEATURES, HIDDEN, HIDDEN, CLASSES]
+    if mode == "highest":
+        jax.config.update("jax_default_matmul_precision", "highest")
+    small, wide = mode != "pageable", mode in ("highest", "default")
+    if wide:
+        sizes = [WIDE_WIDTH] * WIDE_LAYERS + [CLASSES]
+    else:
+        sizes = [SMALL_WIDTH] * SMALL_LAYERS + [CLASSES] if small else [FEATURES, HIDDEN, HIDDEN, CLASSES]
     keys = jax.random.split(jax.random.PRNGKey(0), len(sizes) - 1)
     params = [(jax.random.normal(k, (a, b), jnp.float32) * (2.0 / a) ** 0.5, jnp.zeros(b, jnp.float32))
               for k, a, b in zip(keys, sizes[:-1], sizes[1:])]
@@ -76,18 +84,19 @@ def run(mode: str = "pageable", *, steps: int = 3, warmup: int = 10, cooldown: i
                          sync=lambda: jax.block_until_ready(state["params"]),
                          profiler=driver_profiler() if profiler_range else None)
     if small:
-        _resident(sched, annotate, train_step, state, jax, jnp)
+        _resident(sched, annotate, train_step, state, jax, jnp, *((WIDE_BATCH, WIDE_WIDTH) if wide else
+                                                                   (SMALL_BATCH, SMALL_WIDTH)))
     else:
         _pageable(sched, annotate, train_step, state, jax)
     sched.finish()
     print(sched.report(workload="programs", variant=f"jax-{mode}", world_size=1,
-                       batch=SMALL_BATCH if small else BATCH), flush=True)
+                       batch=WIDE_BATCH if wide else SMALL_BATCH if small else BATCH), flush=True)
     return sched
 
 
-def _resident(sched, annotate, train_step, state, jax, jnp) -> None:
-    x = jax.random.normal(jax.random.PRNGKey(1), (SMALL_BATCH, SMALL_WIDTH), jnp.float32)
-    y = jax.random.randint(jax.random.PRNGKey(2), (SMALL_BATCH,), 0, CLASSES)
+def _resident(sched, annotate, train_step, state, jax, jnp, batch: int, width: int) -> None:
+    x = jax.random.normal(jax.random.PRNGKey(1), (batch, width), jnp.float32)
+    y = jax.random.randint(jax.random.PRNGKey(2), (batch,), 0, CLASSES)
     losses = []
     for i in range(sched.total):
         sched.before_step(i)

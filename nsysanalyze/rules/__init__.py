@@ -131,13 +131,13 @@ def all_rules() -> list[Rule]:
     MPI), then the loader (host work before the step's first launch), copies back and host syncs (idle
     in and after syncs), launch overhead (a per-parameter optimizer, then short gaps no sync explains), copy
     overlap and the link (pinned copies not hidden), the DDP and collective rules (device-to-device copies,
-    exposed NCCL), and periodic stalls (slow steps outside the median step's ledger: they claim no row)."""
-    from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch, periodic
+    exposed NCCL), matrix work in full fp32 (the compute rows), and periodic stalls (slow steps outside the median step's ledger: they claim no row)."""
+    from . import collectives, ddp, host_causes, host_sync, input_pipeline, launch, periodic, precision
     ip = input_pipeline
     return [launch.launch_blocking, host_causes.warmup_capture, ddp.host_allreduce, ip.pin_memory, *host_causes.RULES,
             ip.dataloader_workers, *host_sync.RULES,
             *launch.RULES, ip.copy_compute_overlap, ip.link_bound, ip.input_pipeline_ok, *ddp.RULES, *collectives.RULES,
-            *periodic.RULES]
+            *precision.RULES, *periodic.RULES]
 
 
 BOUNDED_MIN_SHARE = 0.01  # a finding its bound cuts below this share of the window is dropped
