@@ -165,3 +165,25 @@ def test_launches_that_return_after_their_kernel():
     out = M.launch_waits(windows, graph, runtime)
     assert out["launch_blocked_kernel_ns"].tolist() == [200, 100]
     assert out["launch_wait_ns"].tolist() == [10_000 - 700, 0]
+
+
+def test_median_launch_call_per_process(monkeypatch):
+    """metrics.median_launch_ns on hand-made frames (exact values): per process, the median duration of its launch
+    calls only (a sync call's 1,000 ns is left out); an even count takes the mean of the middle two. Blocks of 2
+    rows check that the block-at-a-time fill gives the whole-array median."""
+    import numpy as np
+    import pandas as pd
+
+    from nsysanalyze import intervals
+    from nsysanalyze import metrics as M
+    from tiny import gtid
+
+    names = {1: "cudaLaunchKernel", 2: "cudaDeviceSynchronize", 3: "cuLaunchKernelEx"}
+    runtime = pd.DataFrame({"globalTid": [T, gtid(P, 6), gtid(Q, 1), T, T, gtid(Q, 1), T],
+                            "nameId": [1, 3, 1, 2, 1, 1, 1],
+                            "start": [0, 10, 20, 30, 40, 50, 60], "end": [5, 19, 21, 1_030, 47, 54, 62]})
+    expected = {gpid(P): float(np.median([5, 9, 7, 2])), gpid(Q): 2.5}  # P: 5, 9, 7, 2 -> 6.0
+    assert M.median_launch_ns(runtime, names) == expected == {gpid(P): 6.0, gpid(Q): 2.5}
+    monkeypatch.setattr(intervals, "BLOCK", 2)
+    assert M.median_launch_ns(runtime, names) == expected
+    assert M.median_launch_ns(runtime[runtime["nameId"] == 2], names) == {}
