@@ -25,6 +25,14 @@ cause. The straggler is the rank that waits least while the others wait about as
 cause takes (within ``CAUSE_MATCH`` times), the gap being above the noise; then ``straggler_cause`` names it, ``others_wait_ns`` is the others' median wait and
 ``straggler_next`` its top finding (the job's next step).
 
+Job gains (:func:`job_findings`): ranks that meet in a collective every step (NCCL kernels on every rank, or an
+all-reduce through host memory found on every rank) run the job at its slowest rank's pace, so a fix shortens
+the job's step only as far as every rank's step gives way: by min over ranks of (the rank's own gain + its
+``wait_ns``, the slack it spends waiting for the others). A rule not found on a rank gains it nothing that the
+report shows (its own bound is below the rule's reporting threshold there): ``job_gain_ns`` counts it as 0
+(a lower bound), ``job_gain_max_ns`` leaves it out (the least of the found ranks' sums: an upper bound). Ranks
+that never meet bank their own gains: both are then the largest rank's.
+
 Noise: a spread (step time, NCCL time) names a slowest rank or a straggler only when it is at least
 ``noise_ns`` = max(``STRAGGLER_MIN_SHARE`` of the median step, ``NOISE_MADS`` × the median over ranks
 of each rank's step-time MAD (median absolute deviation of its steady steps)).
@@ -228,6 +236,7 @@ def cross_rank(reports: list[dict]) -> dict:
     ranks = rank_table(reports)
     steps = step_table(reports, ranks)
     summary: dict = {"ranks": int(len(ranks))}
+    straggler: dict = {}
     if len(ranks):
         t = ranks["step_ns"].astype(float)
         noise = noise_ns(t.median(), step_mad_ns(reports, ranks))
@@ -268,9 +277,56 @@ def cross_rank(reports: list[dict]) -> dict:
             summary["slowest_rank_most_often"] = int(slowest.mode().iloc[0]) if significant and len(slowest) else None
     return {
         "summary": {k: _num(v) for k, v in summary.items()},
+        "findings": [{k: _num(v) for k, v in f.items()} for f in job_findings(reports, ranks, straggler)],
         "ranks": [{k: _num(v) for k, v in row.items()} for row in ranks.drop(columns="report").to_dict("records")],
         "steps": [{k: _num(v) for k, v in row.items()} for row in steps.to_dict("records")],
     }
+
+
+COLLECTIVE_THROUGH_HOST = "allreduce-through-host"  # the rule that finds gloo's or a host-staged MPI's all-reduce
+
+
+def synchronized(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> bool:
+    """Whether the ranks meet in a collective every step: several ranks, each with NCCL kernel time, or each with
+    an all-reduce through host memory found (COLLECTIVE_THROUGH_HOST), or a straggler by waiting (``straggler``:
+    :func:`waiting_straggler`'s; the others wait for it)."""
+    if len(ranks) < 2:
+        return False
+    nccl = pd.to_numeric(ranks["nccl_ns"], errors="coerce").fillna(0.0)
+    found = {r for r, f in _rank_findings(reports, ranks) if f["rule"] == COLLECTIVE_THROUGH_HOST}
+    return bool((nccl > 0).all()) or found == set(ranks["rank"]) or bool(straggler)
+
+
+def _rank_findings(reports: list[dict], ranks: pd.DataFrame) -> list[tuple[int, dict]]:
+    """(rank, finding) for every finding on a device of a rank, each report's findings in their ranked order."""
+    rank_of = {(int(r.report), int(r.globalPid), int(d)): int(r.rank) for r in ranks.itertuples() for d in r.devices}
+    return [(rank_of[key], f) for i, report in enumerate(reports) for f in report["findings"]
+            if (key := (i, int(f["globalPid"]), int(f["deviceId"]))) in rank_of]
+
+
+def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> list[dict]:
+    """Per rule found on some rank (largest job gain first): ``rule``, ``ranks`` (where found), ``missing_ranks``,
+    ``gain_ns_by_rank`` (each found rank's largest gain, ns), ``largest_rank_gain_ns``, ``synchronized``, and the
+    job's what-if bounds (module docstring): ``job_gain_ns`` (the lower), ``job_gain_max_ns`` (the upper) and
+    ``bound_rank`` (the rank whose step sets the upper bound)."""
+    gains: dict[str, dict[int, float]] = {}
+    for rank, f in _rank_findings(reports, ranks):
+        by_rank = gains.setdefault(f["rule"], {})
+        by_rank[rank] = max(by_rank.get(rank, 0.0), float(f["gain_ns"]))
+    waits = dict(zip(ranks["rank"].astype(int), pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0)))
+    sync = synchronized(reports, ranks, straggler)
+    out = []
+    for rule, by_rank in gains.items():
+        missing = [r for r in waits if r not in by_rank]
+        with_slack = {r: g + (waits[r] if sync and g > 0 else 0.0) for r, g in by_rank.items()}  # 0: no gain claimed
+        bound = min(with_slack, key=with_slack.get) if sync else max(by_rank, key=by_rank.get)
+        upper = with_slack[bound] if sync else by_rank[bound]
+        lower = min([upper, *(waits[r] for r in missing)]) if sync and upper > 0 else upper
+        out.append({"rule": rule, "ranks": sorted(by_rank), "missing_ranks": missing,
+                    "gain_ns_by_rank": {str(r): g for r, g in sorted(by_rank.items())},
+                    "largest_rank_gain_ns": max(by_rank.values()), "synchronized": sync,
+                    "job_gain_ns": lower, "job_gain_max_ns": upper, "bound_rank": bound})
+    return sorted(out, key=lambda f: (-f["job_gain_max_ns"], f["rule"]))
 
 
 def waiting_straggler(ranks: pd.DataFrame, noise: float) -> dict:

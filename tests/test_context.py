@@ -374,6 +374,42 @@ def test_gloo_balanced_job_has_no_straggler_and_is_bound_by_the_host_all_reduce(
         assert rep["trace"]["framework"] == "pytorch"
 
 
+def test_job_gains_follow_the_rank_that_bounds_the_job(gloo_slow, gloo_balanced):
+    """The gloo ranks meet in a host all-reduce every step, so a fix shortens the job only as far as every rank's
+    step gives way. The other ranks' 'all-reduce' idle (~223 ms) is mostly their wait for rank 3's loader: the job
+    banks rank 3's own 24 ms from NCCL, not 223. Fixing rank 3's loader (the balanced job) realized the slow job's
+    median step less the balanced one's: inside the job's bounds for dataloader-workers, within 5%."""
+    view = ranks.cross_rank(gloo_slow)
+    job = {f["rule"]: f for f in view["findings"]}
+    host = job["allreduce-through-host"]
+    assert host["synchronized"] and host["ranks"] == list(range(8)) and not host["missing_ranks"]
+    assert host["bound_rank"] == 3 and host["largest_rank_gain_ns"] > 200 * MS
+    assert host["job_gain_ns"] == host["job_gain_max_ns"] == host["gain_ns_by_rank"]["3"] < 30 * MS
+    loader = job["dataloader-workers"]
+    assert loader["ranks"] == [3] and loader["missing_ranks"] == [0, 1, 2, 4, 5, 6, 7]
+    waits = {r["rank"]: r["wait_ns"] for r in view["ranks"]}
+    assert loader["job_gain_ns"] == min(waits[r] for r in loader["missing_ranks"])
+    assert loader["job_gain_max_ns"] == loader["gain_ns_by_rank"]["3"] + waits[3]
+    realized = view["summary"]["step_ns_median"] - ranks.cross_rank(gloo_balanced)["summary"]["step_ns_median"]
+    assert 0.95 * loader["job_gain_ns"] < realized < 1.05 * loader["job_gain_max_ns"]
+    shown = ranks_render.rank_findings(view, gloo_slow)
+    assert [f["rule"] for f in shown[:2]] == ["dataloader-workers", "allreduce-through-host"]
+    assert shown[1]["gain_ns"] == host["job_gain_max_ns"]
+    assert "as far as rank 3's step gives way" in ranks_render.ranks_where(shown[1])
+
+
+def test_ranks_that_never_meet_bank_their_own_gains(resnet):
+    """Two processes with no collective (no NCCL kernel, no host all-reduce, no straggler by waiting): each rule's
+    job gain is its largest rank's (built from a real report; the findings are its own)."""
+    base = resnet
+    reports = [with_gaps(base, f"run_{i}.sqlite", LOADER) for i in (0, 1)]
+    view = ranks.cross_rank(reports)
+    assert view["findings"] and not any(f["synchronized"] for f in view["findings"])
+    top = base["findings"][0]
+    (f,) = [f for f in view["findings"] if f["rule"] == top["rule"]]
+    assert f["job_gain_ns"] == f["job_gain_max_ns"] == f["largest_rank_gain_ns"] == top["gain_ns"]
+
+
 def test_mpi_job_is_flagged_mpi_from_its_trace_and_domain():
     """mpi_hoststaged: mpi4py + CuPy under mpirun with --trace=mpi (MPI_* tables, an 'MPI' NVTX domain)."""
     d = analyze_file(fixture_trace("mpi_hoststaged_0.sqlite"))

@@ -101,7 +101,8 @@ FIX_PAIRS = json.loads((FIXTURES / "fix_pairs.json").read_text())
 
 
 def test_fix_pairs_table_fields():
-    assert len(FIX_PAIRS) == 30
+    assert len(FIX_PAIRS) == 31
+    assert [r["bad"] for r in FIX_PAIRS if r.get("ranks")] == ["gloo_8rank_slow_{rank}.sqlite"]  # a job's pair
     for row in FIX_PAIRS:
         assert {"bad", "fixed", "fix", "rule", "bad_steps_per_s", "fixed_steps_per_s", "bad_step_ms",
                 "fixed_step_ms", "per"} <= set(row), row
@@ -113,7 +114,8 @@ def test_fix_pairs_table_fields():
     assert per_sample[0]["bad_sample_ms"] == pytest.approx(per_sample[0]["bad_step_ms"] / 16, abs=1e-4)
 
 
-@pytest.mark.parametrize("name", sorted({r[k] for r in FIX_PAIRS for k in ("bad", "fixed")}))
+@pytest.mark.parametrize("name", sorted({r[k].format(rank=i) for r in FIX_PAIRS for k in ("bad", "fixed")
+                                          for i in range(r.get("ranks", 1))}))
 def test_fix_pair_fixtures_exist_and_open(name):
     from nsysanalyze.trace import open_trace
 

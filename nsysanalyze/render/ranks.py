@@ -29,17 +29,20 @@ def _findings_by_rank(view: dict, reports: list[dict]) -> list[tuple[int, dict]]
 
 
 def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
-    """Findings of every rank, one per rule (its largest), largest gain first — the straggler's top finding
-    first when a straggler by waiting is named (the others' waits are waits for it); ``ranks`` lists where
-    each was found."""
-    by_rule: dict[str, dict] = {}
-    for rank, f in _findings_by_rank(view, reports):
-        kept = by_rule.setdefault(f["rule"], {**f, "ranks": []})
-        if f["gain_ns"] > kept["gain_ns"]:
-            by_rule[f["rule"]] = kept = {**f, "ranks": kept["ranks"]}
-        kept["ranks"].append(rank)
+    """Findings of every rank, one per rule (the text of its largest), gains for the job (``view["findings"]``,
+    ranks.job_findings: at most what the rank that bounds the job gives up), largest first — the straggler's top
+    finding first when a straggler by waiting is named (the others' waits are waits for it); ``ranks`` lists where
+    each was found, ``job`` its job-gain entry."""
+    largest: dict[str, dict] = {}
+    for _, f in _findings_by_rank(view, reports):
+        if f["rule"] not in largest or f["gain_ns"] > largest[f["rule"]]["gain_ns"]:
+            largest[f["rule"]] = f
+    step = view["summary"].get("step_ns_median") or 0.0
+    out = [{**largest[j["rule"]], "ranks": j["ranks"], "job": j, "gain_ns": j["job_gain_max_ns"],
+            "gain_pct": round(100.0 * j["job_gain_max_ns"] / step, 1) if step else largest[j["rule"]]["gain_pct"]}
+           for j in view.get("findings", []) if j["rule"] in largest]
     first = (view["summary"].get("straggler_next") or {}).get("rule")
-    return sorted(by_rule.values(), key=lambda f: (f["rule"] != first, -f["gain_ns"]))
+    return sorted(out, key=lambda f: (f["rule"] != first, -f["gain_ns"]))
 
 
 def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
@@ -67,8 +70,26 @@ def rank_line(r: dict, fastest: float | None, top_rule: str | None = None) -> st
 
 
 def ranks_where(f: dict) -> str:
+    """' · ranks 0, 1' and, for ranks that meet every step, what bounds the job's gain."""
     ranks = sorted(f["ranks"])
-    return f" · rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    where = f" · rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    job = f.get("job") or {}
+    if not job.get("synchronized"):
+        return where
+    if job["missing_ranks"] and job["job_gain_ns"] < job["job_gain_max_ns"]:
+        missing, many = job["missing_ranks"], len(job["missing_ranks"]) > 1
+        return (f"{where} · for the job {ms(job['job_gain_ns'])} to {ms(job['job_gain_max_ns'])}: "
+                f"rank{'s' if many else ''} {', '.join(map(str, missing))} {'have' if many else 'has'} no such finding "
+                f"({'their' if many else 'its'} gain is under the rule's threshold, if any) and "
+                f"hold{'' if many else 's'} the job's step to {'theirs' if many else 'its own'}, "
+                f"{'at least ' if many else ''}{ms(job['job_gain_ns'])} of it waiting for the others")
+    if job["job_gain_max_ns"] < job["largest_rank_gain_ns"]:
+        bound = job["bound_rank"]
+        own = job["gain_ns_by_rank"][str(bound)]
+        return (f"{where} · for the job as far as rank {bound}'s step gives way: its gain {ms(own)} plus its wait "
+                f"for the others {ms(job['job_gain_max_ns'] - own)} ({ms(job['largest_rank_gain_ns'])} on one rank, "
+                f"which then waits for rank {bound})")
+    return where
 
 
 def _step_rows(view: dict) -> list[dict]:
