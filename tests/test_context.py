@@ -392,6 +392,10 @@ def test_job_gains_follow_the_rank_that_bounds_the_job(gloo_slow, gloo_balanced)
     assert loader["job_gain_max_ns"] == loader["gain_ns_by_rank"]["3"] + waits[3]
     realized = view["summary"]["step_ns_median"] - ranks.cross_rank(gloo_balanced)["summary"]["step_ns_median"]
     assert 0.95 * loader["job_gain_ns"] < realized < 1.05 * loader["job_gain_max_ns"]
+    # what the host all-reduce itself costs a rank that waits for nobody: the balanced job's, rank by rank
+    balanced = {f["rule"]: f for f in ranks.cross_rank(gloo_balanced)["findings"]}["allreduce-through-host"]
+    own = sorted(balanced["gain_ns_by_rank"].values())
+    assert own[0] * 0.7 < host["job_gain_max_ns"] < own[-1] * 1.3
     shown = ranks_render.rank_findings(view, gloo_slow)
     assert [f["rule"] for f in shown[:2]] == ["dataloader-workers", "allreduce-through-host"]
     assert shown[1]["gain_ns"] == host["job_gain_max_ns"]
