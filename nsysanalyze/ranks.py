@@ -25,8 +25,8 @@ cause. The straggler is the rank that waits least while the others wait about as
 cause takes (within ``CAUSE_MATCH`` times), the gap being above the noise; then ``straggler_cause`` names it, ``others_wait_ns`` is the others' median wait and
 ``straggler_next`` its top finding (the job's next step).
 
-Job gains (:func:`job_findings`): ranks that meet in a collective every step (NCCL kernels on every rank, or an
-all-reduce through host memory found on every rank) run the job at its slowest rank's pace, so a fix shortens
+Job gains (:func:`job_findings`): ranks that meet in a collective every step (NCCL kernels on every rank, an
+all-reduce through host memory found on every rank, or a straggler by waiting) run the job at its slowest rank's pace, so a fix shortens
 the job's step only as far as every rank's step gives way: by min over ranks of (the rank's own gain + its
 ``wait_ns``, the slack it spends waiting for the others). A rule not found on a rank gains it nothing that the
 report shows (its own bound is below the rule's reporting threshold there): ``job_gain_ns`` counts it as 0
@@ -293,15 +293,16 @@ def synchronized(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> b
     if len(ranks) < 2:
         return False
     nccl = pd.to_numeric(ranks["nccl_ns"], errors="coerce").fillna(0.0)
-    found = {r for r, f in _rank_findings(reports, ranks) if f["rule"] == COLLECTIVE_THROUGH_HOST}
+    found = {r for r, f in findings_by_rank(reports, ranks.to_dict("records")) if f["rule"] == COLLECTIVE_THROUGH_HOST}
     return bool((nccl > 0).all()) or found == set(ranks["rank"]) or bool(straggler)
 
 
-def _rank_findings(reports: list[dict], ranks: pd.DataFrame) -> list[tuple[int, dict]]:
-    """(rank, finding) for every finding on a device of a rank, each report's findings in their ranked order."""
-    rank_of = {(int(r.report), int(r.globalPid), int(d)): int(r.rank) for r in ranks.itertuples() for d in r.devices}
-    return [(rank_of[key], f) for i, report in enumerate(reports) for f in report["findings"]
-            if (key := (i, int(f["globalPid"]), int(f["deviceId"]))) in rank_of]
+def findings_by_rank(reports: list[dict], rank_rows: list[dict]) -> list[tuple[int, dict]]:
+    """(rank, finding) for every finding on a device of a rank (``rank_rows``: the view's ``ranks`` rows), each
+    report's findings in their ranked order."""
+    rank_of = {(r["path"], r["globalPid"], d): r["rank"] for r in rank_rows for d in r.get("devices") or [r["deviceId"]]}
+    return [(rank_of[key], f) for report in reports for f in report["findings"]
+            if (key := (report["trace"]["path"], f["globalPid"], f["deviceId"])) in rank_of]
 
 
 def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> list[dict]:
@@ -310,10 +311,10 @@ def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> l
     job's what-if bounds (module docstring): ``job_gain_ns`` (the lower), ``job_gain_max_ns`` (the upper) and
     ``bound_rank`` (the rank whose step sets the upper bound)."""
     gains: dict[str, dict[int, float]] = {}
-    for rank, f in _rank_findings(reports, ranks):
+    for rank, f in findings_by_rank(reports, ranks.to_dict("records")):
         by_rank = gains.setdefault(f["rule"], {})
         by_rank[rank] = max(by_rank.get(rank, 0.0), float(f["gain_ns"]))
-    waits = dict(zip(ranks["rank"].astype(int), pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0)))
+    waits = dict(zip(ranks["rank"].astype(int).tolist(), pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0).tolist()))
     sync = synchronized(reports, ranks, straggler)
     out = []
     for rule, by_rank in gains.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from ..ranks import NOISE_MADS, STRAGGLER_MIN_SHARE
+from ..ranks import NOISE_MADS, STRAGGLER_MIN_SHARE, findings_by_rank
 from .format import count, keeping_snippets, ms, pct, timeline_hint
 from .markdown import _table as md_table
 from .markdown import findings_blocks
@@ -20,21 +20,13 @@ MAX_STEP_ROWS = 12  # the per-step table shows the steps with the largest spread
 RANK_HEADERS = ["rank", "trace", "steps", "step", "vs fastest", "NCCL", "exposed", "waits", "idle", "offset", "next"]
 
 
-def _findings_by_rank(view: dict, reports: list[dict]) -> list[tuple[int, dict]]:
-    """(rank, finding) of every finding of the ranks in ``view`` (each of a rank's devices), each report's
-    findings in their ranked order."""
-    rank_of = {(r["path"], r["globalPid"], d): r["rank"] for r in view["ranks"] for d in r.get("devices") or [r["deviceId"]]}
-    return [(rank_of[key], f) for report in reports for f in report["findings"]
-            if (key := (report["trace"]["path"], f["globalPid"], f["deviceId"])) in rank_of]
-
-
 def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
     """Findings of every rank, one per rule (the text of its largest), gains for the job (``view["findings"]``,
     ranks.job_findings: at most what the rank that bounds the job gives up), largest first — the straggler's top
     finding first when a straggler by waiting is named (the others' waits are waits for it); ``ranks`` lists where
     each was found, ``job`` its job-gain entry."""
     largest: dict[str, dict] = {}
-    for _, f in _findings_by_rank(view, reports):
+    for _, f in findings_by_rank(reports, view["ranks"]):
         if f["rule"] not in largest or f["gain_ns"] > largest[f["rule"]]["gain_ns"]:
             largest[f["rule"]] = f
     step = view["summary"].get("step_ns_median") or 0.0
@@ -48,7 +40,7 @@ def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
 def top_rules(view: dict, reports: list[dict]) -> dict[int, str]:
     """rank -> rule of its top finding (a report's findings are ranked: its first per rank)."""
     out: dict[int, str] = {}
-    for rank, f in _findings_by_rank(view, reports):
+    for rank, f in findings_by_rank(reports, view["ranks"]):
         out.setdefault(rank, f["rule"])
     return out
 
