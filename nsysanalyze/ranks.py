@@ -275,9 +275,12 @@ def cross_rank(reports: list[dict]) -> dict:
             summary["step_spread_ns_median"] = steps["spread_ns"].median()
             slowest = steps["slowest_rank"].dropna()
             summary["slowest_rank_most_often"] = int(slowest.mode().iloc[0]) if significant and len(slowest) else None
+    findings = job_findings(reports, ranks, straggler)
+    if len(ranks) and findings and findings[0]["synchronized"]:
+        summary.update(job_combined(reports, ranks))
     return {
         "summary": {k: _num(v) for k, v in summary.items()},
-        "findings": [{k: _num(v) for k, v in f.items()} for f in job_findings(reports, ranks, straggler)],
+        "findings": [{k: _num(v) for k, v in f.items()} for f in findings],
         "ranks": [{k: _num(v) for k, v in row.items()} for row in ranks.drop(columns="report").to_dict("records")],
         "steps": [{k: _num(v) for k, v in row.items()} for row in steps.to_dict("records")],
     }
@@ -328,6 +331,17 @@ def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> l
                     "largest_rank_gain_ns": max(by_rank.values()), "synchronized": sync,
                     "job_gain_ns": lower, "job_gain_max_ns": upper, "bound_rank": bound})
     return sorted(out, key=lambda f: (-f["job_gain_max_ns"], f["rule"]))
+
+
+def job_combined(reports: list[dict], ranks: pd.DataFrame) -> dict:
+    """Every rank's fixes together, for ranks that meet every step: ``job_combined_gain_ns``, the least over ranks
+    of (the combined gain of its ledger's window, ns, + its ``wait_ns``), and ``job_combined_bound_rank``."""
+    combined = {(i, x["globalPid"], x["deviceId"]): x["combined_gain_ns"] for i, r in enumerate(reports)
+                for x in r.get("ledger") or []}
+    waits = pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0).tolist()
+    sums = [combined.get((int(r.report), r.globalPid, r.deviceId), 0.0) + w for r, w in zip(ranks.itertuples(), waits)]
+    k = int(np.argmin(sums))
+    return {"job_combined_gain_ns": float(sums[k]), "job_combined_bound_rank": int(ranks["rank"].iloc[k])}
 
 
 def waiting_straggler(ranks: pd.DataFrame, noise: float) -> dict:

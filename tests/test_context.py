@@ -396,6 +396,11 @@ def test_job_gains_follow_the_rank_that_bounds_the_job(gloo_slow, gloo_balanced)
     balanced = {f["rule"]: f for f in ranks.cross_rank(gloo_balanced)["findings"]}["allreduce-through-host"]
     own = sorted(balanced["gain_ns_by_rank"].values())
     assert own[0] * 0.7 < host["job_gain_max_ns"] < own[-1] * 1.3
+    # every rank's fixes together: the least over ranks of its ledger's combined gain + its wait
+    sums = {r["rank"]: rep["ledger"][0]["combined_gain_ns"] + r["wait_ns"] for r, rep in zip(view["ranks"], gloo_slow)}
+    assert view["summary"]["job_combined_bound_rank"] == 3 == min(sums, key=sums.get)
+    assert view["summary"]["job_combined_gain_ns"] == sums[3] < view["summary"]["step_ns_median"]
+    assert "All fixes together, for the job: up to" in " ".join(ranks_render.verdict(view))
     shown = ranks_render.rank_findings(view, gloo_slow)
     assert [f["rule"] for f in shown[:2]] == ["dataloader-workers", "allreduce-through-host"]
     assert shown[1]["gain_ns"] == host["job_gain_max_ns"]
@@ -412,6 +417,7 @@ def test_ranks_that_never_meet_bank_their_own_gains(resnet):
     top = base["findings"][0]
     (f,) = [f for f in view["findings"] if f["rule"] == top["rule"]]
     assert f["job_gain_ns"] == f["job_gain_max_ns"] == f["largest_rank_gain_ns"] == top["gain_ns"]
+    assert "job_combined_gain_ns" not in view["summary"]
 
 
 def test_mpi_job_is_flagged_mpi_from_its_trace_and_domain():

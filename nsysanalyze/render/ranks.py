@@ -125,6 +125,10 @@ def verdict(view: dict) -> list[str]:
         lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}; beyond {threshold}).")
     elif s.get("ranks", 0) > 1:
         lines.append(f"No straggler: step times, NCCL times and waits differ by less than {threshold}.")
+    if s.get("job_combined_gain_ns") is not None and len(view.get("findings") or []) > 1:
+        share = f" ({pct(s['job_combined_gain_ns'] / s['step_ns_median'])} of the median step)" if s.get("step_ns_median") else ""
+        lines.append(f"All fixes together, for the job: up to {ms(s['job_combined_gain_ns'])}{share}, as far as rank "
+                     f"{s['job_combined_bound_rank']}'s step gives way (its ledger's combined gain and its wait for the others).")
     if s.get("steps_compared"):
         often = (f"; rank {s['slowest_rank_most_often']} is slowest most often"
                  if s.get("slowest_rank_most_often") is not None else "")
