@@ -31,7 +31,8 @@ def rank_findings(view: dict, reports: list[dict]) -> list[dict]:
             largest[f["rule"]] = f
     step = view["summary"].get("step_ns_median") or 0.0
     out = [{**largest[j["rule"]], "ranks": j["ranks"], "job": j, "gain_ns": j["job_gain_max_ns"],
-            "gain_pct": round(100.0 * j["job_gain_max_ns"] / step, 1) if step else largest[j["rule"]]["gain_pct"]}
+            "gain_pct": round(100.0 * j["job_gain_max_ns"] / step, 1) if step and j["synchronized"]
+            else largest[j["rule"]]["gain_pct"]}
            for j in view.get("findings", []) if j["rule"] in largest]
     first = (view["summary"].get("straggler_next") or {}).get("rule")
     return sorted(out, key=lambda f: (f["rule"] != first, -f["gain_ns"]))
