@@ -21,11 +21,13 @@ from .metrics import steady_steps
 # Matrix kernels (GEMMs, convolutions) that compute in full fp32 on the FMA units: cuBLAS' ``*sgemm*`` and
 # ``xmma_gemm_f32f32_f32f32_f32_*_ffma_*``, CUTLASS' ``simt_sgemm``, cuDNN's ``implicit_convolve_sgemm``,
 # ``xmma_*_implicit_gemm_f32f32_f32f32_*_ffma`` and its older float engines (``dgrad_engine<float, ...>``,
-# ``wgrad_alg0_engine<float, ...>``, ``dgrad2d_alg1_1<float, ...>``: their demangled names carry the type) kernels. Tensor-core kernels name their MMA or input type (``tf32``,
-# ``s1688``/``s16816``, ``tensorop``, ``hmma``, ``gmma``, ``bf16``, ``f16``), GEMVs and small-N GEMMs
-# (``gemv``, ``gemmSN``) are memory-bound: neither is counted.
+# ``wgrad_alg0_engine<float, ...>``, ``dgrad2d_alg1_1<float, ...>``: their demangled names carry the type).
+# Not counted: tensor-core kernels, which name their MMA or input type (``tf32``, ``s1688``/``s16816``,
+# ``tensorop``, ``hmma``, ``gmma``, ``bf16``, ``f16``); fp16 GEMMs on the FMA units (``ampere_fp16_sgemm_fp16_*``,
+# ``hgemm``: half inputs computed off the tensor cores), which are no fp32 work; GEMVs and small-N GEMMs
+# (``gemv``, ``gemmSN``), which are memory-bound.
 FP32_FMA_MATMUL = r"(?i)sgemm|(?:gemm|conv|fprop|dgrad|wgrad).*_ffma(?:_|$)|(?:dgrad|wgrad)\w*<float\b"
-NOT_FP32_FMA_MATMUL = r"(?i)tf32|tensorop|s1688|s16816|hmma|gmma|bf16|f16|half|int8|gemv|gemmSN"
+NOT_FP32_FMA_MATMUL = r"(?i)tf32|tensorop|s1688|s16816|hmma|gmma|bf16|f16|fp16|hgemm|half|int8|gemv|gemmSN"
 MATMUL_COLUMNS = ["globalPid", "deviceId", "fp32_matmul_ns", "fp32_matmul_share", "fp32_matmul_top"]
 
 
