@@ -309,14 +309,18 @@ def findings_by_rank(reports: list[dict], rank_rows: list[dict]) -> list[tuple[i
 
 
 def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> list[dict]:
-    """Per rule found on some rank (largest job gain first): ``rule``, ``ranks`` (where found), ``missing_ranks``,
+    """Per rule found on some rank (largest job gain first): ``rule``, ``title`` (of its largest finding), ``ranks``
+    (where found), ``missing_ranks``,
     ``gain_ns_by_rank`` (each found rank's largest gain, ns), ``largest_rank_gain_ns``, ``synchronized``, and the
     job's what-if bounds (module docstring): ``job_gain_ns`` (the lower), ``job_gain_max_ns`` (the upper) and
     ``bound_rank`` (the rank whose step sets the upper bound)."""
     gains: dict[str, dict[int, float]] = {}
+    titles: dict[str, tuple[float, str]] = {}  # rule -> (its largest gain, that finding's title)
     for rank, f in findings_by_rank(reports, ranks.to_dict("records")):
         by_rank = gains.setdefault(f["rule"], {})
         by_rank[rank] = max(by_rank.get(rank, 0.0), float(f["gain_ns"]))
+        if f["rule"] not in titles or f["gain_ns"] > titles[f["rule"]][0]:
+            titles[f["rule"]] = (float(f["gain_ns"]), f["title"])
     waits = dict(zip(ranks["rank"].astype(int).tolist(), pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0).tolist()))
     sync = synchronized(reports, ranks, straggler)
     out = []
@@ -326,7 +330,7 @@ def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> l
         bound = min(with_slack, key=with_slack.get) if sync else max(by_rank, key=by_rank.get)
         upper = with_slack[bound] if sync else by_rank[bound]
         lower = min([upper, *(waits[r] for r in missing)]) if sync and upper > 0 else upper
-        out.append({"rule": rule, "ranks": sorted(by_rank), "missing_ranks": missing,
+        out.append({"rule": rule, "title": titles[rule][1], "ranks": sorted(by_rank), "missing_ranks": missing,
                     "gain_ns_by_rank": {str(r): g for r, g in sorted(by_rank.items())},
                     "largest_rank_gain_ns": max(by_rank.values()), "synchronized": sync,
                     "job_gain_ns": lower, "job_gain_max_ns": upper, "bound_rank": bound})

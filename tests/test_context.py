@@ -209,6 +209,18 @@ def test_ddp_fixtures_wait_in_nccl_beyond_the_transfer():
     nccl = [r["nccl_ns"] for r in view["ranks"]]
     assert [r["wait_ns"] for r in view["ranks"]] == pytest.approx([n - min(nccl) for n in nccl], abs=1.0)
     assert "likely_straggler" not in view["summary"]  # 0.2 ms of extra NCCL time: under the noise
+    # NCCL on both ranks: they meet every step. fp32-matmul is reported on rank 1 only (rank 0's own bound is under
+    # the rule's 5%): for the job it lies between rank 0's wait (nothing of its own counted) and rank 1's gain
+    job = {f["rule"]: f for f in view["findings"]}
+    fp32 = job["fp32-matmul"]
+    assert fp32["synchronized"] and fp32["ranks"] == [1] and fp32["missing_ranks"] == [0]
+    assert fp32["job_gain_ns"] == view["ranks"][0]["wait_ns"] < fp32["job_gain_max_ns"]
+    assert fp32["job_gain_max_ns"] == fp32["gain_ns_by_rank"]["1"] + view["ranks"][1]["wait_ns"]
+    bucket = job["ddp-bucket-overlap"]  # on both: the least of (gain + wait)
+    assert bucket["job_gain_ns"] == bucket["job_gain_max_ns"] == min(
+        bucket["gain_ns_by_rank"][str(r["rank"])] + r["wait_ns"] for r in view["ranks"])
+    line = ranks_render.job_next(view)
+    assert line.startswith("Next for the job: fp32-matmul — ") and "for the job: not found on rank 0" in line
 
 
 def test_rank_table_text_has_the_waits_column(resnet):
@@ -367,6 +379,7 @@ def test_gloo_balanced_job_has_no_straggler_and_is_bound_by_the_host_all_reduce(
     assert s["ranks"] == 8 and "likely_straggler" not in s and s["noise_ns"] > s["wait_ns_max"]
     view = ranks.cross_rank(gloo_balanced)
     assert all(r["host_wait_ns"] > 15 * MS for r in view["ranks"])  # every rank waits in the host all-reduce
+    assert "Next for the job: allreduce-through-host — " in " ".join(ranks_render.verdict(view))
     for rep in gloo_balanced:
         (f,) = [f for f in rep["findings"] if f["rule"] == "allreduce-through-host"]
         # 6.3M fp32 parameters: 25 MB of gradients to the host and back per step
@@ -400,7 +413,9 @@ def test_job_gains_follow_the_rank_that_bounds_the_job(gloo_slow, gloo_balanced)
     sums = {r["rank"]: rep["ledger"][0]["combined_gain_ns"] + r["wait_ns"] for r, rep in zip(view["ranks"], gloo_slow)}
     assert view["summary"]["job_combined_bound_rank"] == 3 == min(sums, key=sums.get)
     assert view["summary"]["job_combined_gain_ns"] == sums[3] < view["summary"]["step_ns_median"]
-    assert "All fixes together, for the job: up to" in " ".join(ranks_render.verdict(view))
+    text = " ".join(ranks_render.verdict(view))
+    assert "All fixes together, for the job: up to" in text
+    assert "Next for the job" not in text  # the straggler's Next: line says it
     shown = ranks_render.rank_findings(view, gloo_slow)
     assert [f["rule"] for f in shown[:2]] == ["dataloader-workers", "allreduce-through-host"]
     assert shown[1]["gain_ns"] == host["job_gain_max_ns"]

@@ -126,6 +126,8 @@ def verdict(view: dict) -> list[str]:
         lines.append(f"Likely straggler: rank {s['likely_straggler']} ({s['straggler_reason']}; beyond {threshold}).")
     elif s.get("ranks", 0) > 1:
         lines.append(f"No straggler: step times, NCCL times and waits differ by less than {threshold}.")
+    if s.get("straggler_cause") is None and (top := job_next(view)) is not None:
+        lines.append(top)
     if s.get("job_combined_gain_ns") is not None and len(view.get("findings") or []) > 1:
         share = f" ({pct(s['job_combined_gain_ns'] / s['step_ns_median'])} of the median step)" if s.get("step_ns_median") else ""
         lines.append(f"All fixes together, for the job: up to {ms(s['job_combined_gain_ns'])}{share}, as far as rank "
@@ -138,6 +140,19 @@ def verdict(view: dict) -> list[str]:
     lines.append("Ranks aligned by session start (UTC): first GPU activity spread " + ms(s["start_spread_ns"]) + "."
                  if s.get("aligned") else "Session start time missing in some trace: ranks are not aligned in time.")
     return lines
+
+
+def job_next(view: dict) -> str | None:
+    """'Next for the job: rule — title (up to … for the job)' for ranks that meet every step: the finding with the
+    largest gain for the job; None when they do not meet or nothing gains."""
+    top = next(iter(view.get("findings") or []), None)
+    if top is None or not top["synchronized"] or not top["job_gain_max_ns"]:
+        return None
+    low, high, missing = top["job_gain_ns"], top["job_gain_max_ns"], top["missing_ranks"]
+    gain = (f"up to {ms(high)} for the job, as far as rank {top['bound_rank']}'s step gives way" if low == high else
+            f"{ms(low)} to {ms(high)} for the job: not found on rank{'s' if len(missing) > 1 else ''} "
+            + ", ".join(map(str, missing)))
+    return f"Next for the job: {top['rule']} — {top['title']} ({gain})."
 
 
 def per(summary: dict) -> str:
