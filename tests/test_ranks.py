@@ -137,3 +137,34 @@ def test_dask_cluster_gives_the_local_reports(rank_dir):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         remote = batch.analyze_many(paths, None, scheduler=cluster.scheduler_address)
     assert remote == batch.analyze_many(paths, None, jobs=1)
+
+
+def test_job_gains_are_the_least_over_ranks_of_gain_plus_wait():
+    """ranks.job_findings on hand-made report dicts and a rank table (exact values, not traces): three ranks that
+    meet every step (NCCL on each), waits 0 / 30 / 5 ms. 'a' on every rank: min(10+0, 50+30, 12+5) = 10 on rank 0;
+    'b' on ranks 1 and 2 only: upper min(40+30, 3+5) = 8 (rank 2), lower min(8, rank 0's wait 0) = 0; 'c', a 0 ns
+    finding, gains nothing anywhere. Without NCCL on rank 2 (and no host all-reduce or straggler) the ranks do not
+    meet: each rule's job gain is its largest rank's."""
+    import pandas as pd
+
+    MS = 1_000_000
+    found = {0: {"a": 10}, 1: {"a": 50, "b": 40}, 2: {"a": 12, "b": 3, "c": 0}}
+    reports = [{"trace": {"path": f"run_{r}.sqlite"}, "findings": [
+        {"rule": k, "title": k.upper(), "gain_ns": v * MS, "globalPid": 100 + r, "deviceId": 0} for k, v in f.items()]}
+        for r, f in found.items()]
+    table = pd.DataFrame({"rank": [0, 1, 2], "path": [f"run_{r}.sqlite" for r in range(3)],
+                          "globalPid": [100, 101, 102], "deviceId": 0, "devices": [[0]] * 3,
+                          "nccl_ns": [2 * MS, 2 * MS, 2 * MS], "wait_ns": [0.0, 30 * MS, 5 * MS]})
+    job = {f["rule"]: f for f in ranks.job_findings(reports, table, {})}
+    assert [f["rule"] for f in ranks.job_findings(reports, table, {})] == ["a", "b", "c"]
+    assert (job["a"]["job_gain_ns"], job["a"]["job_gain_max_ns"], job["a"]["bound_rank"]) == (10 * MS, 10 * MS, 0)
+    assert job["a"]["largest_rank_gain_ns"] == 50 * MS and job["a"]["title"] == "A"
+    assert (job["b"]["job_gain_ns"], job["b"]["job_gain_max_ns"], job["b"]["bound_rank"]) == (0.0, 8 * MS, 2)
+    assert job["b"]["missing_ranks"] == [0] and job["b"]["gain_ns_by_rank"] == {"1": 40 * MS, "2": 3 * MS}
+    assert job["c"]["job_gain_ns"] == job["c"]["job_gain_max_ns"] == 0.0
+    apart = table.assign(nccl_ns=[2 * MS, 2 * MS, 0])
+    job = {f["rule"]: f for f in ranks.job_findings(reports, apart, {})}
+    assert not job["a"]["synchronized"]
+    assert job["a"]["job_gain_ns"] == job["a"]["job_gain_max_ns"] == 50 * MS and job["a"]["bound_rank"] == 1
+    assert job["b"]["job_gain_ns"] == job["b"]["job_gain_max_ns"] == 40 * MS
+    assert ranks.job_findings(reports, apart, {"likely_straggler": 0})[0]["synchronized"]  # a straggler: they meet
