@@ -26,12 +26,12 @@ cause takes (within ``CAUSE_MATCH`` times), the gap being above the noise; then 
 ``straggler_next`` its top finding (the job's next step).
 
 Job gains (:func:`job_findings`): ranks that meet in a collective every step (NCCL kernels on every rank, an
-all-reduce through host memory found on every rank, or a straggler by waiting) run the job at its slowest rank's pace, so a fix shortens
-the job's step only as far as every rank's step gives way: by min over ranks of (the rank's own gain + its
-``wait_ns``, the slack it spends waiting for the others). A rule not found on a rank gains it nothing that the
-report shows (its own bound is below the rule's reporting threshold there): ``job_gain_ns`` counts it as 0
-(a lower bound), ``job_gain_max_ns`` leaves it out (the least of the found ranks' sums: an upper bound). Ranks
-that never meet bank their own gains: both are then the largest rank's.
+all-reduce through host memory found on every rank, or a straggler by waiting) run the job at its slowest
+rank's pace, so a fix shortens the job's step only as far as every rank's step gives way: by min over ranks of
+(the rank's own gain + its ``wait_ns``, the slack it spends waiting for the others). A rule not found on a
+rank gains it nothing that the report shows (its own bound is below the rule's reporting threshold there):
+``job_gain_ns`` counts it as 0 (a lower bound), ``job_gain_max_ns`` leaves it out (the least of the found ranks'
+sums: an upper bound). Ranks that never meet bank their own gains: both are then the largest rank's.
 
 Noise: a spread (step time, NCCL time) names a slowest rank or a straggler only when it is at least
 ``noise_ns`` = max(``STRAGGLER_MIN_SHARE`` of the median step, ``NOISE_MADS`` × the median over ranks
@@ -296,24 +296,25 @@ def synchronized(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> b
     if len(ranks) < 2:
         return False
     nccl = pd.to_numeric(ranks["nccl_ns"], errors="coerce").fillna(0.0)
-    found = {r for r, f in findings_by_rank(reports, ranks.to_dict("records")) if f["rule"] == COLLECTIVE_THROUGH_HOST}
+    found = {r for r, f in findings_by_rank(reports, ranks.to_dict("records"))
+             if f["rule"] == COLLECTIVE_THROUGH_HOST}
     return bool((nccl > 0).all()) or found == set(ranks["rank"]) or bool(straggler)
 
 
 def findings_by_rank(reports: list[dict], rank_rows: list[dict]) -> list[tuple[int, dict]]:
     """(rank, finding) for every finding on a device of a rank (``rank_rows``: the view's ``ranks`` rows), each
     report's findings in their ranked order."""
-    rank_of = {(r["path"], r["globalPid"], d): r["rank"] for r in rank_rows for d in r.get("devices") or [r["deviceId"]]}
+    rank_of = {(r["path"], r["globalPid"], d): r["rank"]
+               for r in rank_rows for d in r.get("devices") or [r["deviceId"]]}
     return [(rank_of[key], f) for report in reports for f in report["findings"]
             if (key := (report["trace"]["path"], f["globalPid"], f["deviceId"])) in rank_of]
 
 
 def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> list[dict]:
     """Per rule found on some rank (largest job gain first): ``rule``, ``title`` (of its largest finding), ``ranks``
-    (where found), ``missing_ranks``,
-    ``gain_ns_by_rank`` (each found rank's largest gain, ns), ``largest_rank_gain_ns``, ``synchronized``, and the
-    job's what-if bounds (module docstring): ``job_gain_ns`` (the lower), ``job_gain_max_ns`` (the upper) and
-    ``bound_rank`` (the rank whose step sets the upper bound)."""
+    (where found), ``missing_ranks``, ``gain_ns_by_rank`` (each found rank's largest gain, ns),
+    ``largest_rank_gain_ns``, ``synchronized``, and the job's what-if bounds (module docstring): ``job_gain_ns``
+    (the lower), ``job_gain_max_ns`` (the upper) and ``bound_rank`` (the rank whose step sets the upper bound)."""
     gains: dict[str, dict[int, float]] = {}
     titles: dict[str, tuple[float, str]] = {}  # rule -> (its largest gain, that finding's title)
     for rank, f in findings_by_rank(reports, ranks.to_dict("records")):
@@ -321,7 +322,8 @@ def job_findings(reports: list[dict], ranks: pd.DataFrame, straggler: dict) -> l
         by_rank[rank] = max(by_rank.get(rank, 0.0), float(f["gain_ns"]))
         if f["rule"] not in titles or f["gain_ns"] > titles[f["rule"]][0]:
             titles[f["rule"]] = (float(f["gain_ns"]), f["title"])
-    waits = dict(zip(ranks["rank"].astype(int).tolist(), pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0).tolist()))
+    wait_ns = pd.to_numeric(ranks["wait_ns"], errors="coerce").fillna(0.0)
+    waits = dict(zip(ranks["rank"].astype(int).tolist(), wait_ns.tolist()))
     sync = synchronized(reports, ranks, straggler)
     out = []
     for rule, by_rank in gains.items():
