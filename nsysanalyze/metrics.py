@@ -205,31 +205,38 @@ def _side_by_side(parts: list[dict[str, np.ndarray]], stride: int) -> dict[str, 
             for c in parts[0]}
 
 
+# Kernels per time tile of the GPU window metrics (gpu_metrics): each tile's unions and their temporaries
+# hold the activities overlapping that tile only, not the whole capture's.
+TILE_KERNELS = 1 << 21
+NEVER_BEFORE, NEVER_AFTER = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
 def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
-                nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str] | None = None) -> pd.DataFrame:
+                nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str] | None = None,
+                tile_kernels: int | None = None) -> pd.DataFrame:
     """GPU-side metrics per window row (same index as ``windows``); see the module docstring.
-    ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`)."""
-    out = {}
-    if len(windows):
-        k_rows = _by_device(kernels, ["start", "end", "nameId"])
-        m_rows = _by_device(memcpys, ["start", "end", "bytes", "copyKind", "srcKind", "dstKind"])
-        s_rows = _by_device(memsets, ["start", "end"])
+    ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`).
+
+    Computed over time tiles of ``tile_kernels`` kernels (default TILE_KERNELS; :func:`time_tiles`): every
+    window is cut at the tiles' bounds and each part measured on the activities overlapping its tile. Each
+    ns, count and byte sum is additive over a tiling of its window (unions inside a part, counts and sums
+    by start), so the parts add up to the one-pass values; the ratios are taken from the sums."""
+    frames = (kernels, memcpys, memsets)
+    tiles = time_tiles(frames, tile_kernels or TILE_KERNELS) if len(windows) else None
+    if tiles is None:
+        out = _gpu_sums(windows, *frames, nccl_name_ids, nccl_kinds or {})
+    else:
+        out = {}
         w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
-        frames = [f for f in (kernels, memcpys, memsets) if len(f)]
-        lo = min([int(w_start.min())] + [int(f["start"].min()) for f in frames])
-        hi = max([int(w_end.max())] + [int(f["end"].max()) for f in frames])
-        stride = hi - lo + 1
-        per_batch = lanes_per_batch(stride, hi)
-        groups = list(windows.groupby(["globalPid", "deviceId"]).indices.items())
-        for first in range(0, len(groups), per_batch):
-            batch = groups[first:first + per_batch]
-            idx = np.concatenate([i for _, i in batch])
-            shift = np.repeat(np.arange(len(batch), dtype=np.int64) * stride, [len(i) for _, i in batch])
-            cols = _device_metrics(w_start[idx] + shift, w_end[idx] + shift,
-                                   *(_side_by_side([rows(key) for key, _ in batch], stride) for rows in (k_rows, m_rows, s_rows)),
-                                   nccl_name_ids, nccl_kinds or {})
-            for name, values in cols.items():
-                out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
+        for (t0, t1), rows in tiles:
+            parts = np.flatnonzero((w_start < t1) & (w_end > t0))
+            if not parts.size:
+                continue
+            clipped = windows.iloc[parts].assign(window_start=np.maximum(w_start[parts], t0),
+                                                 window_end=np.minimum(w_end[parts], t1))
+            tile = [f if r is None else f.iloc[r] for f, r in zip(frames, rows)]
+            for name, values in _gpu_sums(clipped, *tile, nccl_name_ids, nccl_kinds or {}).items():
+                out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[parts] += values
     frame = pd.DataFrame(out, index=windows.index) if out else pd.DataFrame(index=windows.index)
     if frame.empty and not len(windows):
         return frame
@@ -239,6 +246,63 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
     frame["htod_kernel_overlap"] = _ratio(frame["htod_hidden_ns"], frame["htod_ns"])
     frame["nccl_share"] = _ratio(frame["nccl_ns"], frame["window_ns"])
     return frame
+
+
+def time_tiles(frames: tuple[pd.DataFrame, ...], tile_kernels: int) -> list | None:
+    """Time tiles [t0, t1) ns cut at every ``tile_kernels``-th kernel start (the first frame's), each with the
+    rows of every frame that overlap it (positions; None: all rows): those starting in it and those started
+    before it that end after t0 (carried from tile to tile). None: one tile is all there is, or a frame is
+    not in start order (the tiles' rows are found by start)."""
+    kernels = frames[0]
+    if len(kernels) <= tile_kernels:
+        return None
+    starts = [f["start"].to_numpy() for f in frames]
+    if not all(is_sorted(s) for s in starts):
+        return None
+    cuts = starts[0][tile_kernels::tile_kernels]
+    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))] if cuts.size else cuts
+    bounds = np.concatenate(([NEVER_BEFORE], cuts, [NEVER_AFTER]))
+    ends = [f["end"].to_numpy() for f in frames]
+    carried = [np.empty(0, np.int64) for _ in frames]
+    tiles = []
+    for t0, t1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        rows = []
+        for j, (s, e) in enumerate(zip(starts, ends)):
+            a, b = np.searchsorted(s, [t0, t1], side="left")
+            mine = np.concatenate((carried[j], np.arange(a, b, dtype=np.int64)))
+            carried[j] = mine[e[mine] > t1]
+            rows.append(mine)
+        tiles.append(((t0, t1), rows))
+    return tiles
+
+
+def _gpu_sums(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
+              nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str]) -> dict[str, np.ndarray]:
+    """Per window row: every GPU metric that is a sum (ns, counts, bytes) over these activities, devices side
+    by side in batches (:func:`_device_metrics`); empty without windows."""
+    out = {}
+    if not len(windows):
+        return out
+    k_rows = _by_device(kernels, ["start", "end", "nameId"])
+    m_rows = _by_device(memcpys, ["start", "end", "bytes", "copyKind", "srcKind", "dstKind"])
+    s_rows = _by_device(memsets, ["start", "end"])
+    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
+    present = [f for f in (kernels, memcpys, memsets) if len(f)]
+    lo = min([int(w_start.min())] + [int(f["start"].min()) for f in present])
+    hi = max([int(w_end.max())] + [int(f["end"].max()) for f in present])
+    stride = hi - lo + 1
+    per_batch = lanes_per_batch(stride, hi)
+    groups = list(windows.groupby(["globalPid", "deviceId"]).indices.items())
+    for first in range(0, len(groups), per_batch):
+        batch = groups[first:first + per_batch]
+        idx = np.concatenate([i for _, i in batch])
+        shift = np.repeat(np.arange(len(batch), dtype=np.int64) * stride, [len(i) for _, i in batch])
+        cols = _device_metrics(w_start[idx] + shift, w_end[idx] + shift,
+                               *(_side_by_side([rows(key) for key, _ in batch], stride) for rows in (k_rows, m_rows, s_rows)),
+                               nccl_name_ids, nccl_kinds)
+        for name, values in cols.items():
+            out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[idx] = values
+    return out
 
 
 def _device_metrics(a: np.ndarray, b: np.ndarray, k: dict, m: dict, s: dict, nccl_name_ids: np.ndarray,
