@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .intervals import group_codes, group_indices, row_blocks
+from .intervals import group_codes, group_indices, row_blocks, search_sorted
 from .metrics import steady_steps
 
 # Matrix kernels (GEMMs, convolutions) that compute in full fp32 on the FMA units: cuBLAS' ``*sgemm*`` and
@@ -125,7 +125,8 @@ def _durations_by_group(code: np.ndarray, dur: np.ndarray, groups: int) -> np.nd
 
 def in_windows(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     """Whether each kernel (globalPid, deviceId, start) starts inside a step window [window_start, window_end)
-    of its device (the kernels are grouped by device once)."""
+    of its device (the kernels are grouped by device once; a block of kernels in start order, as nearly every
+    export keeps them, is merged with the windows: :func:`intervals.search_sorted`)."""
     inside = np.zeros(len(kernels), dtype=bool)
     windows = dict(list(steps.groupby(["globalPid", "deviceId"])))
     start = kernels["start"].to_numpy()
@@ -137,7 +138,7 @@ def in_windows(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
         starts, ends = w["window_start"].to_numpy(), w["window_end"].to_numpy()
         for at in row_blocks(start.size, rows):  # a block of kernels at a time: bounded temporaries
             t = start[at]
-            i = np.searchsorted(starts, t, side="right") - 1
+            i = search_sorted(starts, t, side="right") - 1
             inside[at] = (i >= 0) & (t < ends[np.clip(i, 0, None)])
     return inside
 
