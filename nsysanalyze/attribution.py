@@ -559,17 +559,75 @@ def attributed(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int,
     causes = host_causes(host)
 
     def sums(pieces: dict, timeline: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        which, label, ns = _label_sums(pieces["proc_start"], pieces["proc_end"], timeline["bounds"],
-                                       timeline["label"], timeline["level"].size)
+        x, y = pieces["proc_start"], pieces["proc_end"]
+        which, label, ns = _label_sums(x, y, timeline["bounds"], timeline["label"], timeline["level"].size)
+        level, cause = timeline["level"][label], timeline["cause"][label]
+        if timeline["isolated"][0].size:
+            which, level, cause, ns = (np.concatenate(v) for v in zip(
+                (which, level, cause, ns), _isolated_overlay(x, y, pieces["device"], timeline)))
         flags = pieces["before_launch"][which] * 4 + pieces["after_sync"][which] * 2 + pieces["short_gap"][which]
-        group = ((((pieces["step"][which] + 1) * len(LEVELS) + timeline["level"][label]) * (len(causes) + 1)
-                  + timeline["cause"][label] + 1) * 8 + flags)
-        return sum_by_group(pieces["device"][which], group, ns)
+        group = (((pieces["step"][which] + 1) * len(LEVELS) + level) * (len(causes) + 1) + cause + 1) * 8 + flags
+        return _nonzero(*sum_by_group(pieces["device"][which], group, ns))
 
-    parts = list(_idle_pieces(capture, steps, idle, host, syncs, clip=clip, then=sums))
+    parts = list(_idle_pieces(capture, steps, idle, host, syncs, clip=clip, then=sums, split_isolated=True))
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
     return sum_by_group(*(np.concatenate(c) for c in zip(*parts)))  # a device's chunks share groups
+
+
+def _nonzero(device: np.ndarray, group: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (device, group, ns) rows with ns != 0 (a piece's overlay takes ns from a label and may leave 0)."""
+    keep = ns != 0
+    return device[keep], group[keep], ns[keep]
+
+
+def _isolated_overlay(x: np.ndarray, y: np.ndarray, device: np.ndarray, timeline: dict) -> tuple[np.ndarray, ...]:
+    """What the isolated OS calls (``timeline["isolated"]``: start, end, cause code; sorted, disjoint; see
+    :func:`_isolated_os_calls`) change in the label sums of the pieces [x, y) (their process's lane; sorted and
+    disjoint per ``device``, whose rows come in runs) over the timeline without them: each call's ns inside a
+    piece are taken from the label under them and given to (OS_ACTIVE, its cause). Rows (piece, level, cause,
+    ns) summed per piece and label, ns negative where taken. Each call is cut at the timeline's bounds and at
+    the pieces' edges (a merge of sorted arrays: most calls lie inside one timeline piece and one idle piece)."""
+    s, e, codes = timeline["isolated"]
+    call, j, part_s, part_e = _cut_at(s, e, timeline["bounds"])
+    under, cause = timeline["label"][j], codes[call].astype(np.int64)
+    runs = np.flatnonzero(np.concatenate(([True], device[1:] != device[:-1]))).tolist() + [device.size]
+    taken, given = [], []
+    for r0, r1 in zip(runs[:-1], runs[1:]):  # a device's pieces: [x, y) at the odd intervals of its edges
+        edges = np.empty(2 * (r1 - r0) + 1, np.int64)
+        edges[0], edges[1::2], edges[2::2] = np.iinfo(np.int64).min, x[r0:r1], y[r0:r1]
+        part, q, q_s, q_e = _cut_at(part_s, part_e, edges)
+        inside = np.flatnonzero(q % 2 == 1)
+        piece, part, ns = r0 + q[inside] // 2, part[inside], (q_e - q_s)[inside]
+        taken.append(_summed_runs(piece, under[part], ns))
+        given.append(_summed_runs(piece, cause[part], ns))
+    (t_piece, t_label, t_ns), (g_piece, g_cause, g_ns) = ((np.concatenate(v) for v in zip(*rows)) for rows in (taken, given))
+    return (np.concatenate((t_piece, g_piece)),
+            np.concatenate((timeline["level"][t_label], np.full(g_piece.size, OS_ACTIVE, np.int64))),
+            np.concatenate((timeline["cause"][t_label], g_cause)), np.concatenate((-t_ns, g_ns)))
+
+
+def _cut_at(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Intervals [starts, ends) (sorted) cut at the sorted ``bounds`` (bounds[0] = -inf): (interval index, j: the
+    bound interval [bounds[j], bounds[j + 1]) the part lies in, part start, part end); the intervals that hold
+    no bound are their own part, the others' parts (:func:`_timeline_pieces`) follow them."""
+    j = search_sorted(bounds, starts, side="right") - 1
+    cut = (j + 1 < bounds.size) & (bounds[np.minimum(j + 1, bounds.size - 1)] < ends)
+    if not bool(cut.any()):
+        return np.arange(starts.size), j, starts, ends
+    whole, cut = np.flatnonzero(~cut), np.flatnonzero(cut)
+    which, j_cut, cut_s, cut_e = _timeline_pieces(starts[cut], ends[cut], bounds)
+    return (np.concatenate((whole, cut[which])), np.concatenate((j[whole], j_cut)),
+            np.concatenate((starts[whole], cut_s)), np.concatenate((ends[whole], cut_e)))
+
+
+def _summed_runs(which: np.ndarray, label: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ns summed over each run of rows with the same (which, label) (rows by piece: a piece's calls mostly share
+    their labels, so this leaves about a row per piece and label)."""
+    if not ns.size:
+        return which, label, ns
+    first = np.flatnonzero(np.concatenate(([True], (which[1:] != which[:-1]) | (label[1:] != label[:-1]))))
+    return which[first], label[first], np.add.reduceat(ns, first)
 
 
 def recoded(group: np.ndarray, codes: np.ndarray, n_causes: int) -> np.ndarray:
@@ -640,7 +698,7 @@ def host_causes(host: pd.DataFrame) -> pd.Index:
 
 def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[int, int], tuple], host: pd.DataFrame,
                  syncs: pd.DataFrame, window: tuple[int, int] | None = None, *, then: Callable[[dict, dict], object],
-                 clip: dict[int, tuple[int, int]] | None = None):
+                 clip: dict[int, tuple[int, int]] | None = None, split_isolated: bool = False):
     """``then(pieces, timeline)`` of every chunk of every device's idle cut where its attributes change, with
     each process's cause timeline; chunks are cut and ``then`` applied on threads (threads.ordered_map), the
     results yielded in chunk order.
@@ -657,7 +715,9 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
     an elementary segment takes the attributes of its start).
     ``then`` gets pieces' arrays device (row in ``capture``), start, end (ns), proc_start,
     proc_end (the same on the process's lane), step (-1: none), before_launch, after_sync, short_gap;
-    timeline as :func:`_cause_timeline`.
+    timeline as :func:`_cause_timeline`, plus ``isolated``: with ``split_isolated``, the isolated OS calls
+    (:func:`_isolated_os_calls`) of the chunk's span, left out of the timeline's bounds and labels (start, end,
+    cause code; else empty arrays).
     """
     devices = []
     if capture.empty:
@@ -685,11 +745,11 @@ def _idle_pieces(capture: pd.DataFrame, steps: pd.DataFrame, idle: dict[tuple[in
     stride = hi - lo + 1
     per_batch = lanes_per_batch(stride)
     for first in range(0, len(devices), per_batch):
-        yield from _batch_pieces(devices[first:first + per_batch], steps, host, syncs, lo, stride, then)
+        yield from _batch_pieces(devices[first:first + per_batch], steps, host, syncs, lo, stride, then, split_isolated)
 
 
 def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame, syncs: pd.DataFrame, lo: int,
-                  stride: int, then: Callable[[dict, dict], object]):
+                  stride: int, then: Callable[[dict, dict], object], split_isolated: bool):
     """:func:`_idle_pieces` of one batch of devices ((row, globalPid, deviceId, idle starts, idle ends) each)."""
     rows, pid = (np.array([d[i] for d in devices], np.int64) for i in (0, 1))
     pids = np.unique(pid)
@@ -697,7 +757,7 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
     # process j's lane: its times - lo + j x stride; a lone process keeps its own times (its calls need no copy)
     process_shift = np.zeros(1, np.int64) if pids.size == 1 else np.arange(pids.size, dtype=np.int64) * stride - lo
     to_process = process_shift[np.searchsorted(pids, pid)] - device_shift  # device lane -> its process's lane
-    calls = _lane_calls(host, pids, process_shift)
+    calls = _lane_calls(host, pids, process_shift, split_isolated)
     ends = syncs["end"].to_numpy(np.int64)
     mine = np.isin(syncs["globalPid"].to_numpy(np.int64), pids)
     ends = np.sort(ends[mine] + process_shift[np.searchsorted(pids, syncs["globalPid"].to_numpy(np.int64)[mine])])
@@ -713,7 +773,11 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
             j = np.searchsorted(ends, whole_s + to_proc, side="left")
             inside = (j < ends.size) & (ends[np.minimum(j, ends.size - 1)] < whole_e + to_proc)
             fs[inside] = ends[j[inside]] - to_proc[inside]
-        timeline = _cause_timeline(calls, int((s + to_proc).min()), int((e + to_proc).max()), len(host_causes(host)))
+        a, b = int((s + to_proc).min()), int((e + to_proc).max())
+        timeline = _cause_timeline(calls, a, b, len(host_causes(host)))
+        iso_s, iso_e, iso_c = calls["isolated"]
+        first, stop = int(np.searchsorted(iso_e, a, side="right")), int(np.searchsorted(iso_s, b, side="left"))
+        timeline["isolated"] = (iso_s[first:stop], iso_e[first:stop], iso_c[first:stop])
         inner = step_points[np.searchsorted(step_points, s[0]):np.searchsorted(step_points, e[-1], side="right")]
         p = unique_sorted(np.concatenate([s, e, fs[(fs >= s) & (fs < e)], inner]))
         # a step's CPU start or window end inside an idle interval takes effect at the first point at or after
@@ -723,9 +787,14 @@ def _batch_pieces(devices: list[tuple], steps: pd.DataFrame, host: pd.DataFrame,
         inside = (k >= 0) & (t < e[np.maximum(k, 0)])
         t, k = t[inside], k[inside]
         if t.size:
-            bounds, shift = timeline["bounds"], to_proc[k]
-            host_at = bounds[np.minimum(np.searchsorted(bounds, t + shift, side="left"), bounds.size - 1)] - shift
-            at = np.minimum(p[np.searchsorted(p, t, side="left")], np.where(host_at >= t, host_at, NEVER))
+            shift = to_proc[k]
+            at = p[np.searchsorted(p, t, side="left")]
+            # the host edges: the timeline's bounds, and the isolated calls' (each one's start, end: sorted)
+            for host_edges in (timeline["bounds"], np.column_stack(timeline["isolated"][:2]).ravel()):
+                if host_edges.size:
+                    i = np.minimum(np.searchsorted(host_edges, t + shift, side="left"), host_edges.size - 1)
+                    host_at = host_edges[i] - shift
+                    at = np.minimum(at, np.where(host_at >= t, host_at, NEVER))
             p = unique_sorted(np.concatenate([p, at]))
         start, end = p[:-1], p[1:]
         k = searchsorted_sorted(s, start, side="right") - 1  # p is sorted
@@ -816,10 +885,12 @@ def _lane_steps(steps: pd.DataFrame, keys: list[tuple[int, int]], device_shift: 
     return {c: v[order] for c, v in out.items()}
 
 
-def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray) -> dict:
+def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray, split_isolated: bool = False) -> dict:
     """The host intervals of the processes ``pids`` on their lanes (process j's times + process_shift[j]), sorted
     by start: start, end, cause (codes into the categories), and ``by_level``: per level present, the
-    positions of its calls in those arrays and their reach (the furthest end so far among that level's calls)."""
+    positions of its calls in those arrays and their reach (the furthest end so far among that level's calls);
+    ``isolated``: with ``split_isolated``, the isolated OS calls (:func:`_isolated_os_calls`: start, end, cause
+    code), left out of ``by_level`` (else empty arrays)."""
     pid = host["globalPid"].to_numpy(np.int64) if len(host) else np.empty(0, np.int64)
     start, end = host["start"].to_numpy(np.int64), host["end"].to_numpy(np.int64)
     level, cause = host["level"].to_numpy(), host["cause"].cat.codes.to_numpy() if len(host) else np.empty(0, np.int8)
@@ -833,13 +904,37 @@ def _lane_calls(host: pd.DataFrame, pids: np.ndarray, process_shift: np.ndarray)
     if not is_sorted(start):  # a process's calls by start (its lane's order)
         order = np.argsort(start, kind="stable")
         start, end, level, cause = start[order], end[order], level[order], cause[order]
+    isolated = _isolated_os_calls(start, end, level) if split_isolated else np.empty(0, np.int64)
     by_level = {}
     position_type = np.int32 if start.size < np.iinfo(np.int32).max else np.int64
     for lv in np.flatnonzero(np.bincount(level, minlength=len(LEVELS))).tolist():
-        positions = np.flatnonzero(level == lv).astype(position_type)
-        reach = end[positions]
-        by_level[lv] = (positions, np.maximum.accumulate(reach, out=reach))
-    return {"start": start, "end": end, "cause": cause, "by_level": by_level}
+        mine = level == lv
+        if lv == OS_ACTIVE and isolated.size:
+            mine[isolated] = False
+        positions = np.flatnonzero(mine).astype(position_type)
+        if positions.size:
+            reach = end[positions]
+            by_level[lv] = (positions, np.maximum.accumulate(reach, out=reach))
+    return {"start": start, "end": end, "cause": cause, "by_level": by_level,
+            "isolated": (start[isolated], end[isolated], cause[isolated])}
+
+
+def _isolated_os_calls(start: np.ndarray, end: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Positions (sorted) of the OS_ACTIVE host intervals (``start`` sorted, on the lanes) that overlap no other
+    interval of a level up to OS_ACTIVE and are not empty: the short calls an OSRT capture holds by the million
+    (pthread_cond_signal on the step's thread). At each of their instants their own label holds, and everywhere
+    else the cause timeline without them is the same: a level-OS_ACTIVE call that holds an instant after one of
+    them would overlap it (:func:`_active_label`'s latest-starting or furthest-reaching call), and no higher
+    level meets them. So :func:`attributed` leaves them out of the timeline and gives each its ns on top
+    (:func:`_isolated_overlay`): the same sums from far fewer timeline bounds."""
+    upto = np.flatnonzero(level <= OS_ACTIVE)
+    if not upto.size:
+        return upto
+    s, e = start[upto], end[upto]
+    reach_before = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]))
+    next_start = np.concatenate((s[1:], [NEVER]))
+    alone = (level[upto] == OS_ACTIVE) & (reach_before <= s) & (next_start >= e) & (e > s)
+    return upto[alone]
 
 
 def _cause_timeline(calls: dict, a: int, b: int, n_causes: int) -> dict[str, np.ndarray]:
