@@ -46,7 +46,9 @@ Cost: every device and process in one pass, side by side on one time axis (:func
 the host-interval edges and, per precedence level, a searchsorted of the bounds no higher level holds for the
 cause timeline, then per device its idle cut where its step or tags change, each piece's ns per cause from the
 timeline (prefix sums per cause over long pieces): linear in events after the sorts, a device costing its own
-idle intervals and steps.
+idle intervals and steps. The OS calls that overlap no other call up to their level (``os_runtime``: the short
+calls an OSRT capture holds by the million) are left out of the timeline, their ns added on top of its sums
+(:func:`_isolated_os_calls`): the same rows from a fraction of its bounds.
 """
 from __future__ import annotations
 
@@ -601,7 +603,8 @@ def _isolated_overlay(x: np.ndarray, y: np.ndarray, device: np.ndarray, timeline
         piece, part, ns = r0 + q[inside] // 2, part[inside], (q_e - q_s)[inside]
         taken.append(_summed_runs(piece, under[part], ns))
         given.append(_summed_runs(piece, cause[part], ns))
-    (t_piece, t_label, t_ns), (g_piece, g_cause, g_ns) = ((np.concatenate(v) for v in zip(*rows)) for rows in (taken, given))
+    t_piece, t_label, t_ns = (np.concatenate(v) for v in zip(*taken))
+    g_piece, g_cause, g_ns = (np.concatenate(v) for v in zip(*given))
     return (np.concatenate((t_piece, g_piece)),
             np.concatenate((timeline["level"][t_label], np.full(g_piece.size, OS_ACTIVE, np.int64))),
             np.concatenate((timeline["cause"][t_label], g_cause)), np.concatenate((-t_ns, g_ns)))

@@ -1,5 +1,6 @@
 """The project's own H200 captures (fixtures/, nsys 2023.4 with --trace=cuda,nvtx,osrt) of scenarios beyond the
 articles' ladder: each top finding follows the cause the workload was built to have."""
+import numpy as np
 import pytest
 
 import nsysanalyze
@@ -95,12 +96,17 @@ def test_attribution_in_slices_equals_one_pass(monkeypatch):
     assert len(one) > 5 and one.equals(sliced)
 
 
-def test_cause_timelines_stay_bounded_across_a_long_idle(monkeypatch):
+@pytest.mark.parametrize("split", [False, True], ids=["every-call-in-the-timeline", "isolated-calls-split-out"])
+def test_cause_timelines_stay_bounded_across_a_long_idle(monkeypatch, split):
     """compile_warmup: 138k OS calls while the GPU idles through the compile, under a warm-up range open across
     it. Each chunk's cause timeline holds at most HOST_CHUNK host-interval starts (idle intervals are cut
     there) and, per level, only the calls reaching into the chunk: the warm-up range keeps its own level's
-    calls, not every OS call after it. The gaps are those of one timeline over everything."""
+    calls, not every OS call after it. The gaps are those of one timeline over everything. With the isolated
+    OS calls split out of the timelines (the default, attribution._isolated_os_calls), most of its bounds go."""
     from nsysanalyze import attribution
+
+    if not split:
+        monkeypatch.setattr(attribution, "_isolated_os_calls", lambda start, end, level: np.empty(0, np.int64))
 
     def gaps(host_chunk):
         monkeypatch.setattr(attribution, "HOST_CHUNK", host_chunk)
@@ -121,7 +127,7 @@ def test_cause_timelines_stay_bounded_across_a_long_idle(monkeypatch):
 
     one, [whole] = gaps(1 << 30)
     cut, sizes = gaps(1000)
-    assert whole > 250_000 and len(sizes) > 100
+    assert (whole < 10_000 if split else whole > 250_000) and len(sizes) > 100  # split: 7,051 bounds, else 284,587
     assert max(sizes) <= 2 * 1000 + 10  # each start and end a bound, plus the few intervals open at the cut
     assert len(one) > 5 and one.equals(cut)
 
