@@ -242,7 +242,8 @@ class Analysis:
         handed_over = [runtime]
         del runtime  # the host intervals hold the runtime calls' last reference: released before the OS calls are read
         devices = A.idle_by_process(capture, idle)
-        sources = A.host_sources(handed_over.pop(), self._api_names, t.nvtx, self._step_ranges[0], devices, t.mpi)
+        sources = A.host_sources(handed_over.pop(), self._api_names, t.nvtx, self._step_ranges[0], devices, t.mpi,
+                                 os_calls_captured=t.schema.has("OSRT_API"))
         # os_calls(rowids): one scan of the OS calls of those rowids (None: all), every munmap call and the kept ones
         os_calls = partial(t.osrt_and_named, ("munmap",), sources.cause_threads, sources.keep, sources.keep_time)
         if self.keep_attribution_inputs:  # the timeline export weighs the host intervals of its window

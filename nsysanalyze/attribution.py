@@ -221,16 +221,18 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
 
 
 def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.DataFrame, step_ranges: pd.DataFrame,
-                 devices: dict[int, list[tuple]], mpi: pd.DataFrame | None = None) -> HostSources:
+                 devices: dict[int, list[tuple]], mpi: pd.DataFrame | None = None,
+                 os_calls_captured: bool = True) -> HostSources:
     """The host intervals' parts that are not OS calls, and what the OS calls are read and labelled by
-    (arguments as :func:`host_intervals`)."""
+    (arguments as :func:`host_intervals`). Without ``os_calls_captured`` no primary thread can be seen waiting
+    in the OS, so the launch gaps of other threads (``helper``) are not made: no process would keep them."""
     launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
     launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
     cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
     cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
-    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary, devices)
+    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary if os_calls_captured else {}, devices)
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]  # the whole table is done with here
     any_idle = _idle_of_any(devices)  # a call during its own process's idle is during this union's
