@@ -232,6 +232,8 @@ def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.Data
     launch_tids = set(launches_per_thread.index.tolist())
     cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
     cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
+    # the launch gaps of other threads count only where a primary thread waits in the OS: no primary asks for
+    # them when no OS call was captured (the function returns no gaps without primary threads)
     helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary if os_calls_captured else {}, devices)
     during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
     runtime, launching = runtime[during], launching[during]  # the whole table is done with here
