@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import attribution as A
+from . import blocks as B
 from . import framework as F
 from . import kernels as K
 from . import ledger as L
@@ -40,6 +41,14 @@ from .trace.tables import pid_of
 PROCESS_START = r"(__)?(fork|vfork|clone3?|posix_spawnp?|exec[lv]\w*)"
 # python nvtx >= 0.2.12 (2024) is not recorded by nsys 2023.4; a recorder older than this predates that package
 PYTHON_NVTX_FIRST_AFFECTED = "2023.4"
+# The kernel columns the pass reads, and their bytes a row as held (two int64 times, an int64 process id, five
+# ids as int32)
+KERNEL_COLUMNS = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId", "correlationId"]
+KERNEL_ROW_BYTES = 44
+# Kernel bytes above which the kernels are never held whole: every stage walks them a block of blocks.ROWS
+# rowids at a time, read from the export at each walk (issue 20 item 2); NSYSANALYZE_KERNEL_BUDGET_MB sets it.
+# 512 MiB holds about 12M kernels whole: the bench's 10M-activity exports (9.3M kernels) are read once.
+KERNEL_BUDGET_BYTES = 512 << 20
 
 
 @dataclass
@@ -71,6 +80,7 @@ class Analysis:
     def __init__(self, path: str | os.PathLike, step_range: str | None = None):
         self.trace = Trace(path)
         self.step_range = step_range
+        self._kernel_columns = list(KERNEL_COLUMNS)  # those a later stage still needs
 
     def close(self) -> None:
         self.trace.close()
@@ -87,8 +97,33 @@ class Analysis:
     # dropped once used; runtime calls by API name (see _runtime_calls and _project).
     @cached_property
     def _kernels(self) -> pd.DataFrame:
-        cols = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId", "correlationId"]
-        return self.trace.gpu_table("kernels", cols)
+        """The kernels held whole (only while their bytes are within the budget: see _kernel_blocks)."""
+        return self.trace.gpu_table("kernels", self._kernel_columns)
+
+    @cached_property
+    def _kernel_rowids(self) -> tuple[int, int] | None:
+        return self.trace.kernel_rowids()
+
+    @cached_property
+    def _kernels_read_in_blocks(self) -> bool:
+        """Whether the kernels' columns (KERNEL_ROW_BYTES a rowid) exceed the budget (KERNEL_BUDGET_BYTES, or
+        NSYSANALYZE_KERNEL_BUDGET_MB), so that they are read from the export a block at a time, never whole."""
+        return self._kernel_rowids is not None and (
+            (self._kernel_rowids[1] - self._kernel_rowids[0]) * KERNEL_ROW_BYTES > kernel_budget_bytes())
+
+    @property
+    def _kernel_blocks(self) -> B.Blocks:
+        """The kernels, with the columns a later stage still needs, as blocks (nsysanalyze.blocks): the table held
+        whole as one block, or, above the budget, blocks of rowids read from the export at each walk."""
+        if self._kernels_read_in_blocks:
+            return B.ReadBlocks(partial(self.trace.kernel_rows, list(self._kernel_columns)), self._kernel_rowids)
+        return [self._kernels]
+
+    def _drop_kernel_columns(self, columns: list[str]) -> None:
+        """Kernel columns no later stage needs: released from the table held whole, or no longer read."""
+        self._kernel_columns = [c for c in self._kernel_columns if c not in columns]
+        if "_kernels" in self.__dict__:
+            self.__dict__["_kernels"] = self.__dict__["_kernels"].drop(columns=columns, errors="ignore")
 
     @cached_property
     def _memcpys(self) -> pd.DataFrame:
@@ -99,9 +134,9 @@ class Analysis:
         return self.trace.gpu_table("memsets", ["start", "end", "deviceId", "globalPid", "correlationId"])
 
     @property
-    def _gpu_parts(self) -> list[pd.DataFrame]:
-        """GPU activity frames (kernels, memcpys, memsets): used side by side, never concatenated."""
-        return [self._kernels, self._memcpys, self._memsets]
+    def _gpu_parts(self) -> B.Chained:
+        """GPU activity frames (the kernels' blocks, memcpys, memsets): used side by side, never concatenated."""
+        return B.Chained(self._kernel_blocks, [self._memcpys], [self._memsets])
 
     @cached_property
     def _step_candidates(self) -> list[str]:
@@ -117,7 +152,7 @@ class Analysis:
         """The steps (steps.choose_steps), once the tables are loaded (side by side, see _load_tables)."""
         self._load_tables()
         return S.choose_steps(self.trace.nvtx, self.step_range, self._step_candidates, self._project,
-                              lambda: self._kernels)
+                              lambda: self._kernel_blocks)
 
     @property
     def _step_ranges(self) -> tuple[pd.DataFrame, str | None]:
@@ -168,7 +203,7 @@ class Analysis:
         decoder's numpy release the GIL; ``diagnose --jobs`` lowers THREADS where each job has one core)."""
         tune_allocator()  # from here on, large arrays are unmapped when freed, every thread on one arena
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = ["_kernels", "_runtime_calls", "_memcpys", "_memsets"]
+        names = ["_runtime_calls", "_memcpys", "_memsets"] + ([] if self._kernels_read_in_blocks else ["_kernels"])
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
@@ -211,27 +246,27 @@ class Analysis:
         if windows.empty:
             self.__dict__["_gaps"] = pd.DataFrame({c: [] for c in A.GAP_COLUMNS})
             self.__dict__["_busy_classes"] = pd.DataFrame({c: [] for c in L.BUSY_COLUMNS})
-            self.__dict__["_kernel_table"] = self._aggregate_kernels(self._kernels, steps)
+            self.__dict__["_kernel_table"] = self._aggregate_kernels(steps)
             return windows
         windows = windows.astype(np.int64)
         t = self.trace
         self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
         self._launch_medians  # noqa: B018 (the runtime calls are dropped below)
-        waits = M.launch_waits(windows, self._kernels, self._runtime_calls)
+        waits = M.launch_waits(windows, self._kernel_blocks, self._runtime_calls)
         # streams and correlationIds are done with (the steps are projected, the launches joined)
-        kernels = self._kernels.drop(columns=["streamId", "correlationId"], errors="ignore")
-        self.__dict__.pop("_kernels", None)
+        self._drop_kernel_columns(["streamId", "correlationId"])
         runtime = M.classify_runtime(self._runtime_calls.drop(columns="correlationId"), self._api_names)
         for name in ("_projection_runtime", "_runtime_calls"):
             self.__dict__.pop(name, None)
         release_freed_memory()  # each stage's temporaries are handed back before the next one's peak
-        self.__dict__["_kernel_table"] = self._aggregate_kernels(kernels, steps)
-        kernels = kernels.drop(columns="demangledId")
-        gpu = M.gpu_metrics(windows, kernels, self._memcpys, self._memsets, t.nccl_kernel_name_ids, self._nccl_kinds)
-        kernels = kernels.drop(columns="nameId")
+        self.__dict__["_kernel_table"] = self._aggregate_kernels(steps)
+        self._drop_kernel_columns(["demangledId"])
+        gpu = M.gpu_metrics(windows, self._kernel_blocks, self._memcpys, self._memsets, t.nccl_kernel_name_ids,
+                            self._nccl_kinds)
+        self._drop_kernel_columns(["nameId"])
         release_freed_memory()
-        busy = M.busy_coverage(kernels, self._memcpys, self._memsets)
-        del kernels
+        busy = M.busy_coverage(self._kernel_blocks, self._memcpys, self._memsets)
+        self.__dict__.pop("_kernels", None)
         self.__dict__.pop("_memsets", None)
         release_freed_memory()
         cpu = M.cpu_metrics(windows, runtime)
@@ -262,9 +297,9 @@ class Analysis:
         self.__dict__["_busy_classes"] = gpu[L.BUSY_COLUMNS]  # the ledger's busy rows (not step/summary columns)
         return pd.concat([gpu.drop(columns=L.BUSY_COLUMNS), cpu, gaps], axis=1)
 
-    def _aggregate_kernels(self, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-        """The per-kernel table (nsysanalyze.kernels) of the loaded kernels, by demangled name."""
-        return K.aggregate(kernels, self.trace.strings, K.step_windows(steps), name_column="demangledId")
+    def _aggregate_kernels(self, steps: pd.DataFrame) -> pd.DataFrame:
+        """The per-kernel table (nsysanalyze.kernels) of the kernels, by demangled name."""
+        return K.aggregate(self._kernel_blocks, self.trace.strings, K.step_windows(steps), name_column="demangledId")
 
     def kernel_table(self) -> pd.DataFrame:
         """Per (process, GPU, demangled kernel name): launches and time (see nsysanalyze.kernels)."""
@@ -519,7 +554,7 @@ class Analysis:
     @cached_property
     def _htod_on_kernel_streams(self) -> dict[tuple[int, int], float]:
         """(globalPid, deviceId) -> share of its HtoD copies issued on streams that also run kernels."""
-        per = M.htod_on_kernel_streams(self._kernels, self._memcpys)
+        per = M.htod_on_kernel_streams(self._kernel_blocks, self._memcpys)
         return dict(zip(zip(per["globalPid"].astype(int), per["deviceId"].astype(int)), per["htod_on_kernel_streams_fraction"]))
 
     @cached_property
@@ -555,7 +590,7 @@ class Analysis:
     @cached_property
     def _nccl_streams(self) -> dict[tuple[int, int], tuple[float, int]]:
         """(globalPid, deviceId) -> (share of its NCCL kernel time on compute streams, that stream; -1: none)."""
-        per = M.nccl_on_compute_streams(self._kernels, self.trace.nccl_kernel_name_ids)
+        per = M.nccl_on_compute_streams(self._kernel_blocks, self.trace.nccl_kernel_name_ids)
         return {(int(p), int(d)): (float(f), int(s)) for p, d, f, s in
                 zip(per["globalPid"], per["deviceId"], per["nccl_on_compute_stream_fraction"], per["nccl_compute_stream"])}
 
@@ -704,6 +739,20 @@ class Analysis:
                 empty[stepped] = rows.assign(globalPid=ev.globalPid, deviceId=ev.deviceId, scope=ev.scope, _order=0)
         every = pd.concat(frames + list(empty.values()), ignore_index=True)
         return every.sort_values("_order", kind="stable").reset_index(drop=True)[cols]
+
+
+def kernel_budget_bytes() -> int:
+    """KERNEL_BUDGET_BYTES, or NSYSANALYZE_KERNEL_BUDGET_MB (MiB, a number >= 0) when set."""
+    mb = os.environ.get("NSYSANALYZE_KERNEL_BUDGET_MB")
+    if not mb:
+        return KERNEL_BUDGET_BYTES
+    try:
+        value = float(mb)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise InputError(f"NSYSANALYZE_KERNEL_BUDGET_MB={mb!r}: give the kernels' memory budget in MiB (a number >= 0)")
+    return int(value * 2**20)
 
 
 def confidence_factor(step_source: str | None, steady: int, coverage: float, scope: str) -> float:

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .blocks import Blocks, frame_blocks, order_statistics, rows_of
 from .intervals import group_codes, group_indices, row_blocks, search_sorted
 from .metrics import steady_steps
 
@@ -56,40 +57,89 @@ KERNEL_COLUMNS = ["globalPid", "deviceId", "name", "count", "total_ns", "mean_ns
 UNNAMED = "(unnamed kernel)"
 
 
-def aggregate(kernels: pd.DataFrame, names: dict[int, str] | Callable[[np.ndarray], dict[int, str]],
+def aggregate(kernels: Blocks, names: dict[int, str] | Callable[[np.ndarray], dict[int, str]],
               steps: pd.DataFrame | None = None, name_column: str = "nameId") -> pd.DataFrame:
-    """One row per (globalPid, deviceId, name id) of ``kernels`` (columns globalPid, deviceId, start, end ns and
-    ``name_column``), sorted by device then total time (desc); ``names``: id -> name, or a function that gives
-    that mapping for the distinct ids (a trace's ``strings``); ``steps``: step windows (globalPid, deviceId,
-    window_start, window_end) that the per-step columns count in. One grouping pass and one sort of
-    (group, duration) keys: no per-kernel Python work, and ``kernels`` is not copied."""
-    if kernels.empty:
+    """One row per (globalPid, deviceId, name id) of ``kernels`` (blocks, nsysanalyze.blocks, of rows with
+    globalPid, deviceId, start, end ns and ``name_column``), sorted by device then total time (desc);
+    ``names``: id -> name, or a function that gives that mapping for the distinct ids (a trace's ``strings``);
+    ``steps``: step windows (globalPid, deviceId, window_start, window_end) that the per-step columns count in.
+    One block: one grouping pass and one sort of (group, duration) keys. Several: a walk for the counts,
+    sums, extremes and step sums, then the medians' walks (blocks.order_statistics). No per-kernel Python
+    work, and no block is copied."""
+    if rows_of(kernels) == 0:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    pid, dev = kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()
-    code, (g_pid, g_dev, g_name) = group_codes(pid, dev, kernels[name_column].to_numpy())
-    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    windows = steps if steps is not None and not steps.empty else None
+    per_block = [_block_sums(b, name_column, windows) for b in kernels if len(b)]
+    if len(per_block) == 1:
+        out, median = per_block[0][0], per_block[0][1]
+    else:
+        out = _merged_sums([p[0] for p in per_block])
+        median = _medians(kernels, out, name_column)
+    out["name"] = out["nameId"].map(names(np.unique(out["nameId"].to_numpy())) if callable(names) else names).fillna(UNNAMED)
+    count, total = out["count"].to_numpy(), out["total_ns"].to_numpy()
+    out = out.assign(mean_ns=total / count, median_ns=median)
+    out["share"] = out["total_ns"] / out.groupby(["globalPid", "deviceId"])["total_ns"].transform("sum")
+    out["steps"], out["per_step_ns"], out["launches_per_step"] = None, None, None
+    if windows is not None:
+        n_steps = windows.groupby(["globalPid", "deviceId"]).size()
+        n = n_steps.reindex(pd.MultiIndex.from_frame(out[["globalPid", "deviceId"]])).to_numpy(dtype=float)
+        out["steps"] = pd.array(np.where(np.isnan(n), 0, n).astype(np.int64), dtype="Int64")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["per_step_ns"] = out["step_ns"].to_numpy() / n
+            out["launches_per_step"] = out["step_launches"].to_numpy() / n
+    out = out.sort_values(["globalPid", "deviceId", "total_ns"], ascending=[True, True, False], kind="stable")
+    return out[KERNEL_COLUMNS].reset_index(drop=True)
+
+
+GROUP_KEYS = ["globalPid", "deviceId", "nameId"]
+
+
+def _block_sums(block: pd.DataFrame, name_column: str, steps: pd.DataFrame | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per (globalPid, deviceId, name id) group of one block, in sorted key order: count, total_ns, min_ns,
+    max_ns (int64) and, with ``steps``, step_ns and step_launches (floats) of the kernels starting in a step
+    window; and the groups' medians (ns: the mean of the middle pair)."""
+    pid, dev = block["globalPid"].to_numpy(), block["deviceId"].to_numpy()
+    code, (g_pid, g_dev, g_name) = group_codes(pid, dev, block[name_column].to_numpy())
+    start, end = block["start"].to_numpy(np.int64), block["end"].to_numpy(np.int64)
     count = np.bincount(code)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     sorted_dur = _durations_by_group(code, end - start, count.size)
-    total = np.add.reduceat(sorted_dur, first)
     median = (sorted_dur[first + (count - 1) // 2] + sorted_dur[first + count // 2]) / 2  # mean of the middle pair
     out = pd.DataFrame({"globalPid": g_pid, "deviceId": g_dev, "nameId": g_name}).astype(np.int64)
-    out["name"] = out["nameId"].map(names(np.unique(g_name)) if callable(names) else names).fillna(UNNAMED)
-    out = out.assign(count=count, total_ns=total, mean_ns=total / count, median_ns=median, min_ns=sorted_dur[first],
+    out = out.assign(count=count, total_ns=np.add.reduceat(sorted_dur, first), min_ns=sorted_dur[first],
                      max_ns=sorted_dur[first + count - 1])
-    out["share"] = out["total_ns"] / out.groupby(["globalPid", "deviceId"])["total_ns"].transform("sum")
-    out["steps"], out["per_step_ns"], out["launches_per_step"] = None, None, None
-    if steps is not None and not steps.empty:
-        in_step = in_windows(kernels, steps)
-        n_steps = steps.groupby(["globalPid", "deviceId"]).size()
-        n = n_steps.reindex(pd.MultiIndex.from_frame(out[["globalPid", "deviceId"]])).to_numpy(dtype=float)
-        out["steps"] = pd.array(np.where(np.isnan(n), 0, n).astype(np.int64), dtype="Int64")
-        step_ns, step_launches = _sums_in_steps(code, start, end, in_step, count.size)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["per_step_ns"] = step_ns / n
-            out["launches_per_step"] = step_launches / n
-    out = out.sort_values(["globalPid", "deviceId", "total_ns"], ascending=[True, True, False], kind="stable")
-    return out[KERNEL_COLUMNS].reset_index(drop=True)
+    if steps is not None:
+        out["step_ns"], out["step_launches"] = _sums_in_steps(code, start, end, in_windows(block, steps), count.size)
+    return out, median
+
+
+def _merged_sums(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The blocks' group sums (:func:`_block_sums`) added per group: counts and sums added, extremes kept."""
+    how = {"count": "sum", "total_ns": "sum", "min_ns": "min", "max_ns": "max", "step_ns": "sum", "step_launches": "sum"}
+    every = pd.concat(parts, ignore_index=True)
+    return every.groupby(GROUP_KEYS, sort=True).agg({c: f for c, f in how.items() if c in every}).reset_index()
+
+
+def _medians(kernels: Blocks, groups: pd.DataFrame, name_column: str) -> np.ndarray:
+    """Per group of ``groups`` (sorted key order, with count, min_ns, max_ns): the median duration (ns, the
+    mean of the middle pair) over every block, exact (blocks.order_statistics)."""
+    keys = pd.MultiIndex.from_frame(groups[GROUP_KEYS])
+
+    def durations():
+        for block in kernels:
+            code, values = group_codes(*(block[c].to_numpy() for c in ("globalPid", "deviceId", name_column)))
+            local = pd.MultiIndex.from_arrays([np.asarray(v, np.int64) for v in values], names=GROUP_KEYS)
+            yield keys.get_indexer(local)[code], block["end"].to_numpy(np.int64) - block["start"].to_numpy(np.int64)
+    count = groups["count"].to_numpy(np.int64)
+    g = np.arange(count.size)
+    low, high = (count - 1) // 2, count // 2
+    query = np.concatenate((g, g[high > low]))
+    rank = np.concatenate((low, high[high > low]))
+    values = order_statistics(durations, query, rank, groups["min_ns"].to_numpy()[query],
+                              groups["max_ns"].to_numpy()[query], count)
+    second = values[:count.size].copy()
+    second[high > low] = values[count.size:]
+    return (values[:count.size] + second) / 2
 
 
 def _sums_in_steps(code: np.ndarray, start: np.ndarray, end: np.ndarray, in_step: np.ndarray,
@@ -153,7 +203,7 @@ def kernel_table(analysis, base: bool = False) -> pd.DataFrame:
 
 def from_trace(trace, steps: pd.DataFrame, base: bool = False) -> pd.DataFrame:
     """The per-kernel table from a read of the kernel table by name (see ``tables.kernel_name_column``)."""
-    return aggregate(trace.kernel_names(base), trace.strings, step_windows(steps))
+    return aggregate(frame_blocks(trace.kernel_names(base)), trace.strings, step_windows(steps))
 
 
 def step_windows(steps: pd.DataFrame) -> pd.DataFrame | None:

@@ -48,9 +48,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from .intervals import (Coverage, count_in_windows, durations_in_windows, group_codes, group_indices,
+from .blocks import Blocks, frame_blocks, in_start_order, rows_of
+from .intervals import (Coverage, count_in_windows, durations_in_windows, group_indices,
                         intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
-                        union_of)
+                        union, union_of)
 from .steps import rows_by_process
 from .threads import in_blocks
 from .trace.schema import COPY_DTOD, COPY_DTOH, COPY_HTOD, COPY_PTOP, COPY_UNIFIED, MEM_PAGEABLE, MEM_PINNED
@@ -211,30 +212,29 @@ TILE_KERNELS = 1 << 21
 NEVER_BEFORE, NEVER_AFTER = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
-def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
+def gpu_metrics(windows: pd.DataFrame, kernels: Blocks, memcpys: pd.DataFrame, memsets: pd.DataFrame,
                 nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str] | None = None,
                 tile_kernels: int | None = None) -> pd.DataFrame:
-    """GPU-side metrics per window row (same index as ``windows``); see the module docstring.
-    ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`).
+    """GPU-side metrics per window row (same index as ``windows``); see the module docstring. ``kernels``:
+    blocks (nsysanalyze.blocks), walked once; ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`).
 
-    Computed over time tiles of ``tile_kernels`` kernels (default TILE_KERNELS; :func:`time_tiles`): every
-    window is cut at the tiles' bounds and each part measured on the activities overlapping its tile. Each
-    ns, count and byte sum is additive over a tiling of its window (unions inside a part, counts and sums
-    by start), so the parts add up to the one-pass values; the ratios are taken from the sums."""
-    frames = (kernels, memcpys, memsets)
-    tiles = time_tiles(frames, tile_kernels or TILE_KERNELS) if len(windows) else None
+    Computed over time tiles of at most ``tile_kernels`` kernels (default TILE_KERNELS; :func:`time_tiles`):
+    every window is cut at the tiles' bounds and each part measured on the activities overlapping its tile.
+    Each ns, count and byte sum is additive over a tiling of its window (unions inside a part, counts and
+    sums by start), so the parts add up to the one-pass values; the ratios are taken from the sums."""
+    others = (memcpys, memsets)
+    tiles = time_tiles(kernels, others, tile_kernels or TILE_KERNELS) if len(windows) else None
     if tiles is None:
-        out = _gpu_sums(windows, *frames, nccl_name_ids, nccl_kinds or {})
+        out = _gpu_sums(windows, _whole(kernels), *others, nccl_name_ids, nccl_kinds or {})
     else:
         out = {}
         w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
-        for (t0, t1), rows in tiles:
+        for (t0, t1), tile in tiles:
             parts = np.flatnonzero((w_start < t1) & (w_end > t0))
             if not parts.size:
                 continue
             clipped = windows.iloc[parts].assign(window_start=np.maximum(w_start[parts], t0),
                                                  window_end=np.minimum(w_end[parts], t1))
-            tile = [f if r is None else f.iloc[r] for f, r in zip(frames, rows)]
             for name, values in _gpu_sums(clipped, *tile, nccl_name_ids, nccl_kinds or {}).items():
                 out.setdefault(name, np.zeros(len(windows), dtype=np.int64))[parts] += values
     frame = pd.DataFrame(out, index=windows.index) if out else pd.DataFrame(index=windows.index)
@@ -248,32 +248,66 @@ def gpu_metrics(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFr
     return frame
 
 
-def time_tiles(frames: tuple[pd.DataFrame, ...], tile_kernels: int) -> list | None:
-    """Time tiles [t0, t1) ns cut at every ``tile_kernels``-th kernel start (the first frame's), each with the
-    rows of every frame that overlap it (positions; None: all rows): those starting in it and those started
-    before it that end after t0 (carried from tile to tile). None: one tile is all there is, or a frame is
-    not in start order (the tiles' rows are found by start)."""
-    kernels = frames[0]
-    if len(kernels) <= tile_kernels:
+def _whole(blocks: Blocks) -> pd.DataFrame:
+    """The blocks as one frame: the block itself when there is one, else their rows concatenated."""
+    return blocks[0] if len(blocks) == 1 else pd.concat(list(blocks), ignore_index=True)
+
+
+def time_tiles(kernels: Blocks, others: tuple[pd.DataFrame, ...], tile_kernels: int):
+    """Time tiles [t0, t1) ns cut at the first start of every piece of at most ``tile_kernels`` kernels of
+    each block (walked once), each with the kernels, then the rows of each of ``others``, that overlap it:
+    those starting in it and those started before it that end after t0 (carried from tile to tile; a row
+    starting exactly at a cut is the later tile's). None: one tile is all there is, or the kernels or a frame
+    of ``others`` are not in start order (the tiles' rows are found by start)."""
+    if rows_of(kernels) <= tile_kernels or not in_start_order(kernels):
         return None
-    starts = [f["start"].to_numpy() for f in frames]
+    starts = [f["start"].to_numpy() for f in others]
     if not all(is_sorted(s) for s in starts):
         return None
-    cuts = starts[0][tile_kernels::tile_kernels]
-    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))] if cuts.size else cuts
-    bounds = np.concatenate(([NEVER_BEFORE], cuts, [NEVER_AFTER]))
-    ends = [f["end"].to_numpy() for f in frames]
-    carried = [np.empty(0, np.int64) for _ in frames]
-    tiles = []
-    for t0, t1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    return _tiles(kernels, others, tile_kernels)
+
+
+def _tiles(kernels: Blocks, others: tuple[pd.DataFrame, ...], tile_kernels: int):
+    """The tiles of :func:`time_tiles` (kernels and others in start order), one held at a time."""
+    carried = [np.empty(0, np.int64) for _ in others]
+    for (t0, t1), tile in _kernel_pieces(kernels, tile_kernels):
         rows = []
-        for j, (s, e) in enumerate(zip(starts, ends)):
+        for j, f in enumerate(others):
+            s, e = f["start"].to_numpy(), f["end"].to_numpy()
             a, b = np.searchsorted(s, [t0, t1], side="left")
             mine = np.concatenate((carried[j], np.arange(a, b, dtype=np.int64)))
             carried[j] = mine[e[mine] > t1]
-            rows.append(mine)
-        tiles.append(((t0, t1), rows))
-    return tiles
+            rows.append(f.iloc[mine])
+        yield (t0, t1), (tile, *rows)
+
+
+def _kernel_pieces(kernels: Blocks, tile_kernels: int):
+    """(t0, t1) and the kernels overlapping [t0, t1), tile by tile: a cut at the first start of each piece
+    (``tile_kernels`` rows of a block) after the first; the kernels that reach past a cut carried into the
+    next tile, and those starting exactly at a cut held for it."""
+    t0, held, carried = NEVER_BEFORE, None, None  # held: kernels starting at or after t0 not yet in a tile
+    for block in kernels:
+        for piece in frame_blocks(block, tile_kernels):
+            if not len(piece):
+                continue
+            if held is not None:
+                t1 = int(piece["start"].iloc[0])
+                start = held["start"].to_numpy()
+                before = int(np.searchsorted(start, t1, side="left"))
+                if t1 > t0:
+                    tile = _joined(carried, held.iloc[:before])
+                    yield (t0, t1), tile
+                    carried = tile[tile["end"].to_numpy() > t1]
+                    t0 = t1
+                piece = _joined(held.iloc[before:], piece)
+            held = piece
+    if held is not None:
+        yield (t0, NEVER_AFTER), _joined(carried, held)
+
+
+def _joined(first: pd.DataFrame | None, then: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``first`` then of ``then``; ``then`` itself (no copy) when ``first`` has none."""
+    return then if first is None or not len(first) else pd.concat([first, then], ignore_index=True)
 
 
 def _gpu_sums(windows: pd.DataFrame, kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame,
@@ -475,54 +509,109 @@ def median_launch_ns(runtime: pd.DataFrame, names: dict[int, str]) -> dict[int, 
     return out
 
 
-def launch_waits(windows: pd.DataFrame, kernels: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
-    """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: start,
-    end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a
-    kernel's launch is the call of its process with its correlationId; other calls have other ids). A call that
-    launched several kernels (a CUDA graph) waits once: its wait goes with its first kernel. Process by process, a
-    block of kernels at a time; only the kernels that ended inside their call are kept."""
-    out = pd.DataFrame({"launch_blocked_kernel_ns": np.zeros(len(windows), dtype=np.int64),
-                        "launch_wait_ns": np.zeros(len(windows), dtype=np.int64)}, index=windows.index)
-    if windows.empty or kernels.empty or runtime.empty:
-        return out
+def launch_waits(windows: pd.DataFrame, kernels: Blocks, runtime: pd.DataFrame) -> pd.DataFrame:
+    """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: blocks of
+    start, end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a
+    kernel's launch is the call of its process with its correlationId; other calls have other ids). Only the kernels
+    that ended inside their call are kept; a call that launched several kernels (a CUDA graph) waits once, with its
+    first kept kernel by start (ties: the first row). Both sums add up over the blocks.
+
+    One pass over the blocks while they are in start order (and each kept kernel ends at or after its start): a
+    call's wait is counted once no later kernel can be kept by it (the call ended before the last start so far);
+    until then its first kept kernel is carried (the calls open at a cut). A block that breaks that order starts a
+    second pass, which carries every call's first kept kernel to the end (one entry per call that kept one)."""
+    sums = np.zeros((2, len(windows)), dtype=np.int64)
+    if len(windows) and len(runtime):
+        calls = _calls_by_correlation(runtime)
+        sums = _launch_sums(windows, kernels, calls, in_order=True)
+        sums = _launch_sums(windows, kernels, calls, in_order=False) if sums is None else sums
+    return pd.DataFrame({"launch_blocked_kernel_ns": sums[0], "launch_wait_ns": sums[1]}, index=windows.index)
+
+
+def _calls_by_correlation(runtime: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per globalPid, its calls' correlationId, start and end (ns), by correlationId (stable)."""
     c_corr, c_start, c_end = (runtime[c].to_numpy() for c in ("correlationId", "start", "end"))
-    k_pid, k_corr, k_start, k_end = (kernels[c].to_numpy() for c in ("globalPid", "correlationId", "start", "end"))
-    k_rows = dict(rows_by_process(k_pid, of_tid=False))
-    kept, waits = [], []  # per process: the kernels that ended inside their call, and each call's wait
+    out = {}
     for pid, idx in rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True):
-        if pid not in k_rows:
-            continue
         corr, start, end = (a if idx is None else a[idx] for a in (c_corr, c_start, c_end))
         if not is_sorted(corr):
             order = np.argsort(corr, kind="stable")
             corr, start, end = corr[order], start[order], end[order]
-
-        def blocked(block, corr=corr, end=end) -> tuple[np.ndarray, np.ndarray]:  # (kernel rows, their calls)
-            pos = np.searchsorted(corr, k_corr[block])
-            np.minimum(pos, corr.size - 1, out=pos)
-            inside = np.flatnonzero((corr[pos] == k_corr[block]) & (k_end[block] <= end[pos]))
-            return (inside + block.start if isinstance(block, slice) else block[inside]), pos[inside]
-        parts = list(in_blocks(blocked, row_blocks(len(kernels), k_rows[pid])))
-        mine, call = (np.concatenate([p[i] for p in parts]) for i in range(2))
-        first = np.lexsort((k_start[mine], call))  # by call, then kernel start: each call's first kernel leads
-        first = first[np.concatenate(([True], call[first][1:] != call[first][:-1]))] if first.size else first
-        wait = np.zeros(mine.size, dtype=np.int64)
-        wait[first] = end[call[first]] - np.maximum(start[call[first]], k_start[mine[first]])
-        kept.append(mine)
-        waits.append(wait)
-    rows = np.concatenate(kept) if kept else np.empty(0, np.int64)
-    if rows.size == 0:
-        return out
-    wait = np.concatenate(waits)
-    start, pid, dev = k_start[rows], k_pid[rows], kernels["deviceId"].to_numpy()[rows]
-    duration = k_end[rows] - start
-    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
-    for (p, d), w_rows in windows.groupby(["globalPid", "deviceId"]).indices.items():
-        on = (pid == p) & (dev == d)
-        a, b = w_start[w_rows], w_end[w_rows]
-        out.iloc[w_rows, 0] = sum_in_windows(start[on], duration[on], a, b)
-        out.iloc[w_rows, 1] = sum_in_windows(start[on], wait[on], a, b)
+        out[pid] = (corr, start, end)
     return out
+
+
+def _launch_sums(windows: pd.DataFrame, kernels: Blocks, calls: dict, in_order: bool) -> np.ndarray | None:
+    """launch_blocked_kernel_ns and launch_wait_ns (rows 0 and 1, int64 ns) per window in one pass over the
+    blocks (:func:`launch_waits`); ``in_order``: the blocks are taken to be in start order (None at the first
+    that is not)."""
+    groups = windows.groupby(["globalPid", "deviceId"]).indices
+    w_start, w_end = windows["window_start"].to_numpy(), windows["window_end"].to_numpy()
+    sums = np.zeros((2, len(windows)), dtype=np.int64)
+
+    def add(row: int, kept: dict[str, np.ndarray], values: np.ndarray) -> None:  # values summed by kernel start
+        for (p, d), w_rows in groups.items():
+            on = (kept["pid"] == p) & (kept["dev"] == d)
+            if on.any():
+                sums[row, w_rows] += sum_in_windows(kept["start"][on], values[on], w_start[w_rows], w_end[w_rows])
+
+    def add_waits(first: dict[str, np.ndarray]) -> None:  # each call's first kept kernel: the call's wait
+        add(1, first, first["call_end"] - np.maximum(first["call_start"], first["start"]))
+
+    carry, rows, last = None, 0, NEVER_BEFORE  # carry: the first kept kernel of each call not yet counted
+    for block in kernels:
+        start = block["start"].to_numpy()
+        if in_order and start.size and (int(start[0]) < last or not is_sorted(start)):
+            return None
+        kept = _kept_launches(block, calls)
+        if in_order and not (kept["end"] >= kept["start"]).all():
+            return None
+        add(0, kept, kept["end"] - kept["start"])
+        kept["row"] = kept["row"] + rows
+        carry = _first_per_call(kept if carry is None else {c: np.concatenate((carry[c], v)) for c, v in kept.items()})
+        rows += len(block)
+        if in_order and start.size:
+            last = int(start[-1])  # later kernels start at or after it: a call ended before it keeps none of them
+        counted = carry["call_end"] < last
+        add_waits({c: v[counted] for c, v in carry.items()})
+        carry = {c: v[~counted] for c, v in carry.items()}
+    if carry is not None:
+        add_waits(carry)
+    return sums
+
+
+def _kept_launches(block: pd.DataFrame, calls: dict) -> dict[str, np.ndarray]:
+    """The block's kernels that ended inside their launch call (:func:`_calls_by_correlation`): per kernel its row
+    in the block, globalPid (pid), call's position among its process's (call) and that call's start and end
+    (call_start, call_end), its start, end and deviceId (dev); a block of rows at a time, process by process."""
+    k_pid, k_corr, k_end = (block[c].to_numpy() for c in ("globalPid", "correlationId", "end"))
+    found: dict[str, list[np.ndarray]] = {c: [] for c in ("row", "pid", "call", "call_start", "call_end")}
+    for pid, idx in rows_by_process(k_pid, of_tid=False):
+        if pid not in calls:
+            continue
+        corr, c_start, c_end = calls[pid]
+
+        def inside(sel, corr=corr, c_end=c_end) -> tuple[np.ndarray, np.ndarray]:  # (kernel rows, their calls)
+            pos = np.searchsorted(corr, k_corr[sel])
+            np.minimum(pos, corr.size - 1, out=pos)
+            hit = np.flatnonzero((corr[pos] == k_corr[sel]) & (k_end[sel] <= c_end[pos]))
+            return (hit + sel.start if isinstance(sel, slice) else sel[hit]), pos[hit]
+        for rows, pos in in_blocks(inside, row_blocks(len(block), idx)):
+            for c, v in zip(found, (rows, np.full(rows.size, pid, dtype=np.int64), pos, c_start[pos], c_end[pos])):
+                found[c].append(v)
+    kept = {c: np.concatenate(v) if v else np.empty(0, np.int64) for c, v in found.items()}
+    row = kept["row"]
+    kept.update(start=block["start"].to_numpy()[row], end=k_end[row], dev=block["deviceId"].to_numpy()[row])
+    return kept
+
+
+def _first_per_call(kept: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Of kept kernels (:func:`_kept_launches`, rows numbered across blocks), each call's first by start (ties: the
+    first row)."""
+    order = np.lexsort((kept["row"], kept["start"], kept["call"], kept["pid"]))
+    pid, call = kept["pid"][order], kept["call"][order]
+    first = order[np.concatenate(([True], (pid[1:] != pid[:-1]) | (call[1:] != call[:-1])))] if order.size else order
+    return {c: v[first] for c, v in kept.items()}
 
 
 class CallsOutOfOrder(ValueError):
@@ -591,49 +680,79 @@ def _uncovered_before(starts: np.ndarray, ends: np.ndarray, reach: dict, key: tu
     return Coverage(s[new], e[new], disjoint=True)
 
 
-def busy_coverage(kernels: pd.DataFrame, memcpys: pd.DataFrame, memsets: pd.DataFrame) -> dict[tuple[int, int], Coverage]:
-    """Union of all GPU work per (globalPid, deviceId)."""
-    parts = [_by_device(f, ["start", "end"]) for f in (kernels, memcpys, memsets)]
-    keys = sorted({key for f in (kernels, memcpys, memsets) if len(f)
-                   for key, _ in group_indices(f["globalPid"].to_numpy(), f["deviceId"].to_numpy())})
-    return {key: Coverage(*union_of(*[(r["start"], r["end"]) for r in (rows(key) for rows in parts)]), disjoint=True)
-            for key in keys}
+def busy_coverage(kernels: Blocks, memcpys: pd.DataFrame, memsets: pd.DataFrame) -> dict[tuple[int, int], Coverage]:
+    """Union of all GPU work per (globalPid, deviceId) (disjoint [start, end) ns), devices in sorted order. One
+    pass over the kernel blocks, one held at a time: per device, the union of each block's kernels is kept
+    (the state between blocks: no larger than the result); at the end those unions are joined in one union
+    and merged with the copies and the memsets (:func:`intervals.union_of`; a sorted, disjoint union is the
+    same whatever the cut). One block: its kernels' columns go to the merge as they are."""
+    unions: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+    whole = len(kernels) == 1
+    for block in kernels:
+        for key, part in _device_intervals(block):
+            unions.setdefault(key, []).append(part if whole else union_of(part))
+    others = [dict(_device_intervals(f)) for f in (memcpys, memsets)]
+    out = {}
+    for key in sorted(set(unions).union(*others)):
+        mine = unions.pop(key, [])
+        kernel = mine[0] if len(mine) == 1 else union(*(np.concatenate(c) for c in zip(*mine)), owned=True) if mine else None
+        del mine
+        out[key] = Coverage(*union_of(*[p for p in (kernel, *(o.get(key) for o in others)) if p is not None]),
+                            disjoint=True)
+    return out
 
 
-def htod_on_kernel_streams(kernels: pd.DataFrame, memcpys: pd.DataFrame) -> pd.DataFrame:
+def _device_intervals(frame: pd.DataFrame) -> list[tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]]]:
+    """Per (globalPid, deviceId) of ``frame``: its rows' (start, end) arrays (no copy when one device has them all)."""
+    start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
+    return [(key, (start, end) if idx is None else (start[idx], end[idx]))
+            for key, idx in group_indices(frame["globalPid"].to_numpy(), frame["deviceId"].to_numpy())]
+
+
+def htod_on_kernel_streams(kernels: Blocks, memcpys: pd.DataFrame) -> pd.DataFrame:
     """Per (globalPid, deviceId) with HtoD copies: htod_on_kernel_streams_fraction, the share of its HtoD
-    copies issued on a stream of that device that also runs kernels (kernels need streamId)."""
+    copies issued on a stream of that device that also runs kernels (kernels need streamId). One pass over the
+    kernel blocks (none without HtoD copies); between blocks, the set of (globalPid, deviceId, streamId) seen."""
     cols = ["globalPid", "deviceId", "streamId"]
     htod = memcpys.loc[memcpys["copyKind"].to_numpy() == COPY_HTOD, cols].astype(np.int64)
     if htod.empty:
         return pd.DataFrame({"globalPid": [], "deviceId": [], "htod_on_kernel_streams_fraction": []})
-    stream = kernels["streamId"].to_numpy()
-    used = [(pid, dev, s) for (pid, dev), idx in
-            group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy())
-            for s in pd.unique(stream if idx is None else stream[idx]).tolist()]  # streams per device: hashed, no copy
-    on_kernel_stream = pd.MultiIndex.from_frame(htod).isin(pd.MultiIndex.from_tuples(used, names=cols))
+    used: set[tuple[int, int, int]] = set()
+    for block in kernels:
+        used |= _streams_of(block)
+    on_kernel_stream = pd.MultiIndex.from_frame(htod).isin(pd.MultiIndex.from_tuples(list(used), names=cols))
     frac = pd.Series(on_kernel_stream, dtype=float).groupby([htod["globalPid"].to_numpy(), htod["deviceId"].to_numpy()]).mean()
     return frac.rename_axis(["globalPid", "deviceId"]).rename("htod_on_kernel_streams_fraction").reset_index()
 
 
-def nccl_on_compute_streams(kernels: pd.DataFrame, nccl_name_ids: np.ndarray) -> pd.DataFrame:
+def nccl_on_compute_streams(kernels: Blocks, nccl_name_ids: np.ndarray) -> pd.DataFrame:
     """Per (globalPid, deviceId) with NCCL kernels: ``nccl_on_compute_stream_fraction``, the share of its
     NCCL kernel time on streams that also run other (compute) kernels — communication that cannot overlap
     compute, since a stream runs its kernels one after another — and ``nccl_compute_stream``, the stream
-    holding most of that time (-1 when none); kernels need streamId, start, end, nameId."""
+    holding most of that time (-1 when none; ties: the lowest); kernels need streamId, start, end, nameId.
+
+    One pass over the kernel blocks; between blocks, per (globalPid, deviceId, streamId) its NCCL kernels' ns
+    (int64 sums, exact: as float64 sums they would be too while every partial sum stays below 2^53 ns) and the
+    set of streams running other kernels."""
     cols = ["globalPid", "deviceId", "streamId"]
-    nccl = np.isin(kernels["nameId"].to_numpy(), nccl_name_ids)
-    if not nccl.any():
+    nccl_ns, others = None, set()  # nccl_ns: int64 ns per (globalPid, deviceId, streamId), sorted
+    for block in kernels:
+        nccl = np.isin(block["nameId"].to_numpy(), nccl_name_ids)
+        others |= _streams_of(block, ~nccl)
+        if not nccl.any():
+            continue
+        rows = np.flatnonzero(nccl)  # the NCCL kernels (the compute kernels are never gathered)
+        comm = pd.DataFrame({c: block[c].to_numpy()[rows].astype(np.int64) for c in cols})
+        part = comm.assign(ns=block["end"].to_numpy()[rows] - block["start"].to_numpy()[rows]).groupby(cols)["ns"].sum()
+        nccl_ns = part if nccl_ns is None else pd.concat([nccl_ns, part]).groupby(level=cols).sum()
+    if nccl_ns is None:
         return pd.DataFrame({"globalPid": [], "deviceId": [], "nccl_on_compute_stream_fraction": [],
                              "nccl_compute_stream": []})
-    rows = np.flatnonzero(nccl)  # the NCCL kernels (the compute kernels are never gathered)
-    comm = pd.DataFrame({c: kernels[c].to_numpy()[rows].astype(np.int64) for c in cols})
-    code, keys = group_codes(*(comm[c].to_numpy() for c in cols))
-    shared = _streams_running_others(kernels, *keys, nccl)[code]
-    dur = (kernels["end"].to_numpy()[rows] - kernels["start"].to_numpy()[rows]).astype(np.float64)
-    comm = comm.assign(ns=dur, shared_ns=np.where(shared, dur, 0.0))
-    per = comm.groupby(["globalPid", "deviceId"])[["ns", "shared_ns"]].sum()
-    by_stream = comm[shared].groupby(cols)["shared_ns"].sum()
+    shared = np.array([key in others for key in nccl_ns.index], dtype=bool)  # per stream
+    ns = nccl_ns.astype(np.float64)
+    comm = pd.DataFrame({"ns": ns, "shared_ns": ns.where(shared, 0.0)})
+    per = comm.groupby(level=["globalPid", "deviceId"])[["ns", "shared_ns"]].sum()
+    by_stream = comm.loc[shared, "shared_ns"]
     top = (by_stream.groupby(level=[0, 1]).idxmax().map(lambda k: k[2]) if len(by_stream)
            else pd.Series(dtype=np.int64))
     out = pd.DataFrame({"nccl_on_compute_stream_fraction": per["shared_ns"] / per["ns"].where(per["ns"] > 0),
@@ -641,23 +760,14 @@ def nccl_on_compute_streams(kernels: pd.DataFrame, nccl_name_ids: np.ndarray) ->
     return out.reset_index()
 
 
-def _streams_running_others(kernels: pd.DataFrame, pids: np.ndarray, devices: np.ndarray, streams: np.ndarray,
-                            excluded: np.ndarray) -> np.ndarray:
-    """Per (globalPid, deviceId, streamId) key (distinct, in sorted order), whether some kernel not marked in
-    ``excluded`` runs on that stream of that device: each device's streams looked up a block of kernels at a time."""
-    found = np.zeros(pids.size, dtype=bool)
-    stream = kernels["streamId"].to_numpy()
-    for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
-        mine = np.flatnonzero((pids == pid) & (devices == dev))
-        if mine.size == 0:
-            continue
-        wanted = streams[mine]  # sorted: the keys are
-        for sel in row_blocks(stream.size, idx):
-            s = stream[sel]
-            pos = np.minimum(np.searchsorted(wanted, s), wanted.size - 1)
-            hit = (wanted[pos] == s) & ~excluded[sel]
-            found[mine] |= np.bincount(pos[hit], minlength=wanted.size) > 0
-    return found
+def _streams_of(block: pd.DataFrame, mask: np.ndarray | None = None) -> set[tuple[int, int, int]]:
+    """The (globalPid, deviceId, streamId) of a block's kernels (those in ``mask`` only): each device's streams
+    hashed (no copy of the rows when every row is taken and the device has them all)."""
+    pid, dev, stream = (block[c].to_numpy() for c in ("globalPid", "deviceId", "streamId"))
+    if mask is not None and not mask.all():
+        pid, dev, stream = pid[mask], dev[mask], stream[mask]
+    return {(p, d, s) for (p, d), idx in group_indices(pid, dev)
+            for s in pd.unique(stream if idx is None else stream[idx]).tolist()}
 
 
 def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:

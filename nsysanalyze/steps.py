@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from .blocks import Blocks
 from .errors import InputError
-from .intervals import (Coverage, count_in_windows, group_indices, intersection_within, is_sorted,
-                        lanes_per_batch, row_blocks, searchsorted_sorted)
+from .intervals import (Coverage, count_in_windows, group_indices, is_sorted, lanes_per_batch, row_blocks,
+                        searchsorted_sorted, union)
 from .threads import for_blocks, in_blocks
 from .trace.tables import pid_of
 
@@ -187,11 +189,13 @@ class StepChoice:
 
 
 def choose_steps(nvtx: pd.DataFrame, pattern: str | None, candidates: list[str],
-                 project: Callable[[pd.DataFrame], pd.DataFrame], kernels: Callable[[], pd.DataFrame]) -> StepChoice:
+                 project: Callable[[pd.DataFrame], pd.DataFrame], kernels: Callable[[], Blocks]) -> StepChoice:
     """The steps: ``pattern``'s ranges (find_steps); else the first candidate family whose projected steps
     look like loop iterations (is_loop_iteration); else steps inferred from the repeating kernel sequence
     (inferred_steps); else none. ``project`` maps step rows to GPU windows; ``kernels()`` gives the kernels
-    (start, end, deviceId, globalPid, nameId)."""
+    (start, end, deviceId, globalPid, nameId) as blocks, asked for only when a family is tried or steps are
+    inferred (so a caller reads them only then). Passes over the blocks: one or two per family tried (at most
+    MAX_CANDIDATES), then at most 3 when steps are inferred."""
     rejected: list[str] = []
     if pattern is not None:
         ranges, label = find_steps(nvtx, pattern)
@@ -227,10 +231,19 @@ MIN_PERIOD_KERNELS = 3
 MAX_INFERRED_STEPS = 10_000
 
 
-def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[int, np.ndarray] | None:
-    """Period of one device's repeating kernel sequence: (kernels per iteration, iteration boundaries ns —
-    the end of the GPU work before each occurrence of the anchor kernel, i.e. where the GPU finished the
-    previous iteration), or None when the sequence does not repeat.
+class KernelPeriod(NamedTuple):
+    """One device's repeating kernel sequence (see :func:`kernel_period`)."""
+
+    period: int               # kernels per iteration
+    boundaries: np.ndarray    # iteration boundaries (ns), every ``joined``-th: at most MAX_INFERRED_STEPS windows
+    joined: int               # periods per window between two boundaries (1, or more within the cap)
+    first_start: int          # the device's first kernel start (ns)
+
+
+def kernel_period(kernels: Blocks) -> dict[tuple[int, int], KernelPeriod]:
+    """Period of each (globalPid, deviceId)'s repeating kernel sequence (its kernels in start order), for the devices
+    whose sequence repeats: kernels per iteration and the iteration boundaries (ns) — the end of the GPU work before
+    the iteration's first kernel, i.e. where the GPU finished the previous iteration.
 
     A name is an anchor when it occurs at least MIN_REPEATS times at a regular spacing (in kernels:
     max - min within PERIOD_TOLERANCE of the median, at least MIN_PERIOD_KERNELS) spanning at least
@@ -238,19 +251,50 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     The period is the longest such spacing (the outermost loop). Iterations start at the kernel, at a fixed
     offset from the anchor's occurrences, preceded by the longest median GPU idle (the loop's natural
     boundary, e.g. waiting for the batch load).
-    The period, anchor and offset are found on the first PERIOD_PREFIX kernels (periods up to a third of
-    it: ~175k kernels per iteration); the anchor's occurrences are then taken over the whole sequence.
+    The period and anchor are found on the first PERIOD_PREFIX kernels (periods up to a third of
+    it: ~175k kernels per iteration), the offset on the first PHASE_ITERATIONS iterations; the anchor's occurrences are
+    then taken over the whole sequence, and consecutive periods joined so that a device has at most MAX_INFERRED_STEPS
+    windows.
+
+    At most 3 passes over the blocks: (1) each device's first PERIOD_PREFIX kernels; (2) the GPU idle before the
+    kernels of the first PHASE_ITERATIONS iterations, and the anchor's occurrences counted; (3) the boundaries. The
+    completion before a kernel (the latest end of the device's earlier kernels) is a running maximum carried across
+    blocks. A device whose kernels fit in the prefix needs pass 1 only; one whose rows are not in start order is
+    gathered whole in pass 2 (its nameId, start, end, as the whole-table version held them) and done in memory.
+    Held across blocks per device: the prefix, PHASE_ITERATIONS x period idle values, the anchor's positions in the
+    last period of the sequence and the boundaries waiting for the next block (fewer than a period each), and the
+    boundaries kept (at most MAX_INFERRED_STEPS + 1).
     """
-    if is_sorted(starts):
-        seq, t0, t1 = name_ids, starts, ends
-    else:
-        order = np.argsort(starts, kind="stable")
-        seq, t0, t1 = name_ids[order], starts[order], ends[order]
-    n = seq.size
-    if n < 2 * MIN_REPEATS:
+    heads: dict[tuple[int, int], _Head] = {}
+    _walk(kernels, heads, new=lambda: _Head(PERIOD_PREFIX))
+    found = _passes(kernels, {device: _device_period(head) for device, head in heads.items()})
+    return {device: found[device] for device in sorted(found) if found[device] is not None}
+
+
+def _device_period(head: _Head) -> Generator:
+    """:func:`kernel_period` on one device after pass 1 (``head``): yields the walker each further pass must feed
+    (see _passes), returns its KernelPeriod, or None when its sequence does not repeat."""
+    head = yield from _in_start_order(head)
+    found = _period_and_anchor(head.kernels[0], head.rows)
+    if found is None:
         return None
-    m = min(n, PERIOD_PREFIX)
-    head = seq[:m]
+    period, anchor = found
+    idle = _PhaseIdle(period, anchor, head.rows)
+    yield from _fed(idle, head)
+    phase, count = idle.phase_and_boundaries()
+    joined = -(-max(count - 1, 1) // MAX_INFERRED_STEPS)  # periods per window, within the cap
+    marks = _Boundaries(anchor, phase, int(idle.at[0]) + phase - period, joined)
+    yield from _fed(marks, head)
+    return KernelPeriod(period, np.concatenate(marks.kept), joined, head.first_start)
+
+
+def _period_and_anchor(names: np.ndarray, rows: int) -> tuple[int, int] | None:
+    """(kernels per iteration, anchor nameId) of a device's sequence of ``rows`` kernels from the names of its first
+    kernels (start order; at least the first PERIOD_PREFIX), or None when it does not repeat (see kernel_period)."""
+    if rows < 2 * MIN_REPEATS:
+        return None
+    m = min(rows, PERIOD_PREFIX)
+    head = names[:m]
     by_name = np.argsort(head, kind="stable")
     names_sorted = head[by_name]
     same = names_sorted[1:] == names_sorted[:-1]
@@ -260,17 +304,175 @@ def kernel_period(name_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     if not regular.any():
         return None
     period = int(round(median[regular].max()))
-    anchor = name[regular][median[regular] >= period * (1 - PERIOD_TOLERANCE)][0]
-    # the iteration boundary: the kernel at the offset from the anchor with the longest median GPU idle
-    # before it (on the first PHASE_ITERATIONS iterations) — where the loop waits for its next input
-    at = np.flatnonzero(seq == anchor)
-    pos = at[:PHASE_ITERATIONS, None] + np.arange(period)[None, :]
-    full = (pos < n).all(axis=1)
-    lead = t0[np.minimum(pos, n - 1)] - _completion_before(t0, t1, np.minimum(pos, n - 1))
-    phase = int(np.argmax(np.median(lead[full], axis=0) if full.any() else lead[0]))
-    first = np.concatenate(([at[0] + phase - period], at + phase))  # one more boundary before the first anchor
-    first = first[(first >= 0) & (first < n)]
-    return period, np.minimum(_completion_before(t0, t1, first), t0[first])
+    return period, name[regular][median[regular] >= period * (1 - PERIOD_TOLERANCE)][0]
+
+
+def _walk(kernels: Blocks, walkers: dict, new: Callable[[], object] | None = None) -> None:
+    """One pass over the blocks: each device's rows of each block — nameId, start, end arrays (ns) — block by block,
+    fed to its walker (``walkers[(globalPid, deviceId)].feed``); devices without one are skipped, or given ``new()``."""
+    for block in kernels:
+        if not len(block):
+            continue
+        columns = [block[c].to_numpy() for c in ("nameId", "start", "end")]
+        for device, rows in group_indices(block["globalPid"].to_numpy(), block["deviceId"].to_numpy()):
+            walker = walkers.get(device)
+            if walker is None and new is not None:
+                walker = walkers[device] = new()
+            if walker is not None:
+                walker.feed(*(c if rows is None else c[rows] for c in columns))
+
+
+def _passes(kernels: Blocks, tasks: dict) -> dict:
+    """Results of per-device computations that read the blocks in passes: each task (a generator) yields the walker the
+    next pass must feed and returns its result. One pass feeds every waiting task's walker, so there are as many
+    passes as one task needs, not their sum."""
+    results, waiting = {}, dict.fromkeys(tasks)
+    while waiting:
+        walkers = {}
+        for device in waiting:
+            try:
+                walkers[device] = next(tasks[device])
+            except StopIteration as stop:
+                results[device] = stop.value
+        if walkers:
+            _walk(kernels, walkers)
+        waiting = walkers
+    return results
+
+
+class _Head:
+    """One device's kernels as a pass reads them (its rows of each block, in order): nameId, start, end (ns) of the
+    first ``limit`` (all: None), their number, the first start (ns), whether each start is at least the one before
+    (``in_order``: the sequence streams) and, given ``windows`` (a, b arrays, ns), the kernels starting in each
+    [a, b)."""
+
+    def __init__(self, limit: int | None, windows: tuple[np.ndarray, np.ndarray] | None = None):
+        self.limit, self.windows = limit, windows
+        self.parts: list[list[np.ndarray]] = []
+        self.rows, self.first_start, self.last_start, self.in_order = 0, None, None, True
+        self.counts = None if windows is None else np.zeros(windows[0].size, dtype=np.int64)
+
+    def feed(self, names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        keep = starts.size if self.limit is None else min(max(self.limit - self.rows, 0), starts.size)
+        if keep:
+            self.parts.append([np.array(c[:keep]) for c in (names, starts, ends)])  # copies: the block is not held
+        self.in_order = (self.in_order and (self.last_start is None or starts[0] >= self.last_start)
+                         and is_sorted(starts))
+        self.last_start = int(starts[-1])
+        low = int(starts.min())
+        self.first_start = low if self.first_start is None else min(self.first_start, low)
+        self.rows += starts.size
+        if self.counts is not None:
+            self.counts += count_in_windows(starts, *self.windows)
+
+    @property
+    def whole(self) -> bool:
+        """Whether every kernel is kept."""
+        return self.limit is None or self.rows <= self.limit
+
+    @functools.cached_property
+    def kernels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kept kernels' nameId, start, end (ns) in start order (sorted by start, stable, when not ``in_order``)."""
+        columns = [np.concatenate(c) for c in zip(*self.parts)] if self.parts else [np.empty(0, np.int64)] * 3
+        self.parts = []
+        if not self.in_order:
+            order = np.argsort(columns[1], kind="stable")
+            columns = [c[order] for c in columns]
+        return tuple(columns)
+
+
+def _in_start_order(head: _Head) -> Generator:
+    """``head`` when the device's rows came in start order, else the device's kernels gathered whole by the next pass
+    (yielded) and sorted by start, stable (then held in memory)."""
+    if head.in_order:
+        return head
+    whole = _Head(None)
+    yield whole
+    return whole
+
+
+def _fed(walker, head: _Head) -> Generator:
+    """Feeds ``walker`` the device's kernels in start order: from memory when ``head`` holds them all, else by the next
+    pass (yielded)."""
+    if head.whole:
+        walker.feed(*head.kernels)
+    else:
+        yield walker
+
+
+class _Carry:
+    """A walker that keeps its place in one device's kernel sequence (start order) fed a run of consecutive kernels at
+    a time: the position of the next run's first kernel (``offset``) and the GPU completion before it (``done``: the
+    latest end of the earlier kernels, ns; None before the first run). Subclasses take each run in ``take``."""
+
+    offset = 0
+    done: int | None = None
+
+    def feed(self, names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.take(names, starts, ends)
+        self.offset += starts.size
+        top = int(ends.max())
+        self.done = top if self.done is None else max(self.done, top)
+
+    def completion_before(self, starts: np.ndarray, ends: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """GPU completion (ns) before the run's kernels at positions ``local`` (see _completion_before)."""
+        return _completion_before(starts, ends, local, self.done)
+
+
+class _PhaseIdle(_Carry):
+    """Pass 2 of kernel_period on one device: the GPU idle (ns) before the kernels of the first PHASE_ITERATIONS
+    iterations — ``lead[i, j]``: start minus completion before of the kernel j after the anchor's occurrence i (the
+    last kernel for those past the end) — and the anchor's occurrences: the first PHASE_ITERATIONS (``at``), the
+    others counted (``early``), their positions kept only in the sequence's last period (``late``)."""
+
+    def __init__(self, period: int, anchor, rows: int):
+        self.period, self.anchor, self.rows = period, anchor, rows
+        self.at = np.empty(0, dtype=np.int64)
+        self.lead = np.zeros((PHASE_ITERATIONS, period), dtype=np.int64)
+        self.early, self.late = 0, []
+
+    def take(self, names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        found = self.offset + np.flatnonzero(names == self.anchor)
+        last = self.rows - self.period
+        self.early += int(np.count_nonzero(found < last))
+        self.late.append(found[found >= last])
+        self.at = np.concatenate((self.at, found[:PHASE_ITERATIONS - self.at.size]))
+        reading = np.flatnonzero(self.at + self.period > self.offset)  # iterations not read to their end yet
+        if reading.size == 0:
+            return
+        pos = np.minimum(self.at[reading, None] + np.arange(self.period), self.rows - 1)
+        i, j = np.nonzero((pos >= self.offset) & (pos < self.offset + starts.size))
+        local = pos[i, j] - self.offset
+        self.lead[reading[i], j] = starts[local] - self.completion_before(starts, ends, local)
+
+    def phase_and_boundaries(self) -> tuple[int, int]:
+        """The offset of the iterations' first kernel from the anchor (the longest median idle before it, over the
+        iterations that end in the sequence) and the number of boundaries (see _Boundaries)."""
+        lead, full = self.lead[:self.at.size], self.at + self.period <= self.rows
+        phase = int(np.argmax(np.median(lead[full], axis=0) if full.any() else lead[0]))
+        before_first = int(self.at[0] + phase - self.period >= 0)
+        return phase, before_first + self.early + int(np.count_nonzero(np.concatenate(self.late) + phase < self.rows))
+
+
+class _Boundaries(_Carry):
+    """Pass 3 of kernel_period on one device: every ``joined``-th iteration boundary (ns). Boundaries are at the kernels
+    ``phase`` after each occurrence of the anchor and at ``first`` (one period before the first; when >= 0): the
+    completion before that kernel, or its start when that is earlier. Positions past a run's end wait for the next
+    (fewer than a period); those past the sequence's end are dropped."""
+
+    def __init__(self, anchor, phase: int, first: int, joined: int):
+        self.anchor, self.phase, self.joined = anchor, phase, joined
+        self.waiting = np.array([first] if first >= 0 else [], dtype=np.int64)
+        self.passed, self.kept = 0, []
+
+    def take(self, names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        end = self.offset + starts.size
+        pos = np.concatenate((self.waiting, self.offset + self.phase + np.flatnonzero(names == self.anchor)))
+        now, self.waiting = pos[pos < end], pos[pos >= end]
+        local = now[(self.passed + np.arange(now.size)) % self.joined == 0] - self.offset
+        self.passed += now.size
+        if local.size:
+            self.kept.append(np.minimum(self.completion_before(starts, ends, local), starts[local]))
 
 
 def _spacing_stats(name: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -285,35 +487,34 @@ def _spacing_stats(name: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, ...]:
     return name[first], ordered[first], ordered[first + size - 1], median, size
 
 
-def _completion_before(t0: np.ndarray, t1: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def _completion_before(t0: np.ndarray, t1: np.ndarray, idx: np.ndarray, done: int | None = None) -> np.ndarray:
     """GPU completion (ns) before each kernel ``idx`` (of kernels in start order, [t0, t1)): the latest end of
-    the kernels before it, t0[0] for the first. From the maxima of the segments between the asked
-    kernels (np.maximum.reduceat), not a running maximum of every kernel (8 bytes a kernel)."""
+    the kernels before it, those before t0[0] included (their latest end ``done``), t0[0] for the very first
+    kernel (``done`` None). From the maxima of the segments between the asked kernels (np.maximum.reduceat),
+    not a running maximum of every kernel (8 bytes a kernel)."""
     bounds, where = np.unique(np.concatenate(([0], idx.ravel())), return_inverse=True)
     running = np.maximum.accumulate(np.maximum.reduceat(t1, bounds))  # latest end before bounds[j + 1]
-    before = np.concatenate(([t0[0]], running[:-1]))
+    if done is not None:
+        np.maximum(running, done, out=running)
+    before = np.concatenate(([t0[0] if done is None else done], running[:-1]))
     return before[where[1:]].reshape(idx.shape)
 
 
 INFERRED_NAME = "step "  # inferred steps are named 'step 1' … 'step N' on each device
 
 
-def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
+def inferred_steps(kernels: Blocks) -> pd.DataFrame:
     """Steps inferred from each device's repeating kernel sequence (see :func:`kernel_period`): one window
     per period, from one iteration boundary to the next (completion to completion, as NVTX steps; the
     GPU idle before an iteration's first kernel is that iteration's); columns as :func:`project_steps`
     plus ``period_kernels`` and ``periods_per_step`` (1, or more where a device would exceed
-    MAX_INFERRED_STEPS); named 'step 1' … 'step N' per device. CPU range = the window (every thread of the process)."""
+    MAX_INFERRED_STEPS); named 'step 1' … 'step N' per device. CPU range = the window (every thread of the process).
+    ``kernels``: blocks of the kernels (nameId, start, end, globalPid, deviceId), read in kernel_period's passes (at
+    most 3)."""
     cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed", "period_kernels",
                            "periods_per_step"]
-    names, starts, ends = (kernels[c].to_numpy() for c in ("nameId", "start", "end"))
-    parts = []  # per device with a period: (globalPid, deviceId, period, boundaries, first kernel start)
-    for (pid, dev), idx in group_indices(kernels["globalPid"].to_numpy(), kernels["deviceId"].to_numpy()):
-        mine = (names, starts, ends) if idx is None else (names[idx], starts[idx], ends[idx])
-        found = kernel_period(*mine)
-        if found is not None:
-            joined = -(-max(found[1].size - 1, 1) // MAX_INFERRED_STEPS)  # periods per step, within the cap
-            parts.append((pid, dev, found[0], found[1][::joined], int(mine[1].min()), joined))
+    parts = [(pid, dev, p.period, p.boundaries, p.first_start, p.joined)  # per device with a period
+             for (pid, dev), p in kernel_period(kernels).items()]
     if not parts:
         return pd.DataFrame(columns=cols)
     pids, devs, periods, marks, firsts, joined = zip(*parts)
@@ -330,32 +531,71 @@ def inferred_steps(kernels: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def is_loop_iteration(windows: pd.DataFrame, kernels: pd.DataFrame) -> bool:
+def is_loop_iteration(windows: pd.DataFrame, kernels: Blocks) -> bool:
     """Whether projected NVTX steps look like iterations of the program's loop, judged on the
     (process, device) where the steps launched the most GPU time:
 
-    - when the device's kernel sequence repeats (:func:`kernel_period`), the median step must hold at
-      least ITERATION_SHARE of one period's kernels (op- and layer-level ranges hold a few kernels of a
+    - when the device's kernel sequence repeats (period as :func:`kernel_period`'s), the median step must hold
+      at least ITERATION_SHARE of one period's kernels (op- and layer-level ranges hold a few kernels of a
       much longer period);
     - otherwise the steps' GPU spans [gpu_start, gpu_end] must hold at least BUSY_SHARE of the
       device's kernel time.
+
+    One pass over the blocks of ``kernels`` (that device's first PERIOD_PREFIX kernels, and its kernels counted in
+    each span); two when they do not repeat and outnumber the prefix (their busy union, its last interval carried
+    across blocks) or their rows are not in start order (gathered whole by the second pass, as the whole-table
+    version held them).
     """
-    if windows.empty or kernels.empty:
+    if windows.empty:
         return True  # nothing on the GPU to judge by
     spans = windows.assign(ns=windows["gpu_end"] - windows["gpu_start"])
     pid, dev = spans.groupby(["globalPid", "deviceId"])["ns"].sum().idxmax()
     mine = spans[(spans["globalPid"] == pid) & (spans["deviceId"] == dev)]
-    on_device = (kernels["globalPid"].to_numpy() == pid) & (kernels["deviceId"].to_numpy() == dev)
-    every = bool(on_device.all())  # one device's kernels: its columns as they are, no copy
-    ks, ke, names = (kernels[c].to_numpy() if every else kernels[c].to_numpy()[on_device] for c in ("start", "end", "nameId"))
-    del on_device
-    found = kernel_period(names, ks, ke)
     a, b = mine["gpu_start"].to_numpy(np.int64), mine["gpu_end"].to_numpy(np.int64)
+    device, head = (int(pid), int(dev)), _Head(PERIOD_PREFIX, windows=(a, b + 1))
+    _walk(kernels, {device: head})
+    return _passes(kernels, {device: _judged(head, Coverage(a, b))})[device]
+
+
+def _judged(head: _Head, spans: Coverage) -> Generator:
+    """:func:`is_loop_iteration` on its device after pass 1 (``head``, with the kernels counted in each span;
+    ``spans``: the steps' GPU spans): yields the walker a further pass must feed (see _passes), returns the verdict."""
+    if head.rows == 0:
+        return True  # nothing on the GPU to judge by
+    counts = head.counts
+    head = yield from _in_start_order(head)
+    found = _period_and_anchor(head.kernels[0], head.rows)
     if found is not None:
-        return bool(np.median(count_in_windows(ks, a, b + 1)) >= ITERATION_SHARE * found[0])
-    busy = Coverage(ks, ke)
-    return bool(intersection_within(busy, Coverage(a, b), np.array([busy.starts[0]]),
-                                    np.array([busy.ends[-1]]))[0] >= BUSY_SHARE * busy.total) if len(busy) else True
+        return bool(np.median(counts) >= ITERATION_SHARE * found[0])
+    busy = _Busy(spans)
+    yield from _fed(busy, head)
+    return busy.holds(BUSY_SHARE)
+
+
+class _Busy:
+    """GPU-busy time (ns) of one device's kernels — their union — and the part of it inside ``spans`` (a Coverage),
+    fed runs of consecutive kernels in start order: the union's last interval stays open for the next run (a later
+    kernel can still extend it); the others are measured and dropped."""
+
+    def __init__(self, spans: Coverage):
+        self.spans, self.total, self.inside = spans, 0, 0
+        self.open = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def feed(self, names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        starts, ends = union(np.concatenate((self.open[0], starts)), np.concatenate((self.open[1], ends)))
+        self._measure(starts[:-1], ends[:-1])
+        self.open = (starts[-1:].copy(), ends[-1:].copy())
+
+    def _measure(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.total += int((ends - starts).sum())
+        self.inside += int(self.spans.within(starts, ends).sum())
+
+    def holds(self, share: float) -> bool:
+        """Whether the part inside the spans is at least ``share`` of the busy time, once every kernel is fed (True
+        without busy time)."""
+        self._measure(*self.open)
+        self.open = (self.open[0][:0], self.open[1][:0])
+        return self.total == 0 or bool(np.int64(self.inside) >= share * self.total)
 
 
 def _assign_to_ranges(tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame, key: str = "globalTid") -> np.ndarray:
@@ -406,9 +646,15 @@ Frames = "pd.DataFrame | Sequence[pd.DataFrame]"
 LAUNCHES_GPU_WORK = re.compile(r"^cu(da)?(Launch|Graph\w*Launch|Memcpy|Memset|MemPrefetch)")
 
 
-def _parts(frames) -> list[pd.DataFrame]:
-    """One frame, or several with the same columns (e.g. kernels, memcpys, memsets: never concatenated)."""
-    return [frames] if isinstance(frames, pd.DataFrame) else [f for f in frames if len(f)]
+def _parts(frames) -> Iterator[pd.DataFrame]:
+    """The frames with rows of one frame, or of several with the same columns (e.g. blocks of kernels
+    (nsysanalyze.blocks), memcpys, memsets: never concatenated), taken one at a time."""
+    return (f for f in ([frames] if isinstance(frames, pd.DataFrame) else frames) if len(f))
+
+
+def _has_rows(frames) -> bool:
+    """Whether one of the frames (as :func:`_parts`) has rows (the frames are taken up to the first that has)."""
+    return next(_parts(frames), None) is not None
 
 
 def _first_call_steps(corr: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -536,12 +782,13 @@ def _project(steps: pd.DataFrame | None, runtime: Frames, activities: Frames) ->
     extent of the work steps launched (step_row, deviceId, gpu_start, gpu_end), and the unique
     (globalPid, correlationId) of activities no call launched."""
     calls = _calls_by_process(runtime, steps)
-    columns = [{c: part[c].to_numpy() for c in ACTIVITY_COLUMNS} for part in _parts(activities)]
-    blocks = [(part, block) for part in columns for block in row_blocks(part["start"].size)]
     extents, missing = [], []
-    for block_extents, block_missing in in_blocks(lambda b: _joined_block(*b, calls), blocks):
-        extents += block_extents
-        missing += block_missing
+    for frame in _parts(activities):  # one frame at a time (a block of kernels, the memcpys, the memsets)
+        part = {c: frame[c].to_numpy() for c in ACTIVITY_COLUMNS}
+        for block_extents, block_missing in in_blocks(lambda b: _joined_block(part, b, calls),
+                                                      row_blocks(part["start"].size)):
+            extents += block_extents
+            missing += block_missing
     per = (pd.concat(extents, ignore_index=True) if extents else
            pd.DataFrame({c: np.empty(0, np.int64) for c in ("step_row", "deviceId", "gpu_start", "gpu_end")}))
     if len(extents) > 1:
@@ -574,7 +821,7 @@ def project_steps(steps: pd.DataFrame, runtime: Frames, activities: Frames) -> p
 def project_steps_checked(steps: pd.DataFrame, runtime: Frames, activities: Frames) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`project_steps` and :func:`unlaunched_activities` from one join (see both)."""
     cols = STEP_COLUMNS + ["deviceId", "gpu_start", "gpu_end", "window_start", "window_end", "closed"]
-    if steps.empty or not _parts(runtime) or not _parts(activities):
+    if steps.empty or not _has_rows(runtime) or not _has_rows(activities):
         return pd.DataFrame(columns=cols), unlaunched_activities(runtime, activities)
     per, missing = _project(steps, runtime, activities)
     if per.empty:

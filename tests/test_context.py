@@ -302,7 +302,7 @@ def test_nccl_on_compute_streams_metric():
 
     k = pd.DataFrame({"globalPid": [1] * 4, "deviceId": [0] * 4, "streamId": [7, 7, 7, 9], "nameId": [1, 2, 2, 2],
                       "start": [0, 10, 30, 40], "end": [10, 14, 32, 42]})
-    out = nccl_on_compute_streams(k, [2]).iloc[0]
+    out = nccl_on_compute_streams([k], [2]).iloc[0]
     assert out["nccl_on_compute_stream_fraction"] == 6 / 8 and out["nccl_compute_stream"] == 7
 
 
@@ -314,7 +314,7 @@ def test_nccl_on_compute_streams_per_device():
     k = pd.DataFrame({"globalPid": [1] * 8, "deviceId": [0, 0, 1, 1, 2, 2, 2, 2],
                       "streamId": [7, 7, 7, 8, 7, 9, 7, 9], "nameId": [1, 2, 2, 1, 1, 1, 2, 2],
                       "start": [0, 10, 20, 30, 0, 0, 10, 10], "end": [10, 14, 25, 31, 5, 5, 11, 13]})
-    out = nccl_on_compute_streams(k, [2]).set_index("deviceId")
+    out = nccl_on_compute_streams([k], [2]).set_index("deviceId")
     assert out["nccl_on_compute_stream_fraction"].tolist() == [1.0, 0.0, 1.0]
     assert out["nccl_compute_stream"].tolist() == [7, -1, 9]
 

@@ -85,7 +85,7 @@ def test_aggregate_sorts_durations_exactly_when_the_keyed_sort_would_overflow():
     """Unit test on hand-made rows: a span of 2^61 ns with two groups takes the lexsort path."""
     rows = pd.DataFrame({"globalPid": [1] * 4, "deviceId": [0] * 4, "nameId": [1, 2, 1, 2],
                          "start": [0, 0, 0, 0], "end": [2 ** 61, 5, 3, 1]})
-    t = aggregate(rows, {1: "a", 2: "b"})
+    t = aggregate([rows], {1: "a", 2: "b"})
     assert t[["name", "min_ns", "max_ns", "median_ns"]].values.tolist() == [["a", 3, 2 ** 61, (2 ** 61 + 3) / 2],
                                                                              ["b", 1, 5, 3.0]]
 
@@ -95,7 +95,7 @@ def test_aggregate_exact_values_on_a_tiny_frame():
     rows = pd.DataFrame({"globalPid": [1, 1, 1, 1, 1], "deviceId": [0, 0, 0, 0, 1], "nameId": [7, 7, 7, 8, 7],
                          "start": [0, 10, 100, 20, 0], "end": [4, 12, 110, 23, 5]})
     steps = pd.DataFrame({"globalPid": [1], "deviceId": [0], "window_start": [0], "window_end": [50]})
-    t = aggregate(rows, {7: "gemm", 8: "copy"}, steps)
+    t = aggregate([rows], {7: "gemm", 8: "copy"}, steps)
     gemm = t.iloc[0].to_dict()
     assert t["name"].tolist() == ["gemm", "copy", "gemm"]
     assert (gemm["count"], gemm["total_ns"], gemm["median_ns"], gemm["min_ns"], gemm["max_ns"]) == (3, 16, 4.0, 2, 10)

@@ -197,7 +197,7 @@ def test_munmap_gpu_idle_equals_one_mask_per_window(rel, tmp_path):
             else shared_trace(rel))
     with nsysanalyze.open(path) as a:
         summary, munmap = a.summary(), a.trace.osrt(("munmap",))
-        busy = M.busy_coverage(a.trace.kernels, a.trace.memcpys, a.trace.memsets)
+        busy = M.busy_coverage([a.trace.kernels], a.trace.memcpys, a.trace.memsets)
     windows = summary.assign(globalTid=-1)[["globalPid", "deviceId", "globalTid", "window_start", "window_end"]]
     tid = munmap["globalTid"].to_numpy()
     expected = []

@@ -249,7 +249,7 @@ def test_gpu_metrics_match_elementary_segments(rel):
         t = a.trace
         windows = pd.concat([a._step_windows, a._capture_windows], ignore_index=True)
         windows = windows[["globalPid", "deviceId", "window_start", "window_end"]].astype(np.int64)
-        got = M.gpu_metrics(windows, t.kernels, t.memcpys, t.memsets, t.nccl_kernel_name_ids)
+        got = M.gpu_metrics(windows, [t.kernels], t.memcpys, t.memsets, t.nccl_kernel_name_ids)
         want = reference_gpu_metrics(windows, t.kernels, t.memcpys, t.memsets, t.nccl_kernel_name_ids)
     pd.testing.assert_frame_equal(got[want.columns].astype(np.int64), want.astype(np.int64))
 

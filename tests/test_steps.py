@@ -62,9 +62,11 @@ def test_kernel_period_splits_where_the_gpu_waits():
         starts.append(t)
         t += 10
     starts = np.array(starts)
-    period, bounds = kernel_period(names, starts, starts + 10)
-    assert period == 4
-    assert bounds.tolist() == (starts[names == 3] - 100).tolist()
+    kernels = pd.DataFrame({"globalPid": 1, "deviceId": 0, "nameId": names, "start": starts, "end": starts + 10})
+    found = kernel_period([kernels])
+    assert list(found) == [(1, 0)]
+    assert found[1, 0].period == 4 and found[1, 0].joined == 1 and found[1, 0].first_start == starts[0]
+    assert found[1, 0].boundaries.tolist() == (starts[names == 3] - 100).tolist()
 
 
 def test_completion_before_equals_the_running_maximum_of_ends():

@@ -153,7 +153,7 @@ def test_launches_that_return_after_their_kernel():
                             "start": [180, 395, 90, 0, 600], "end": [190, 430, 160, 10, 10_000]})
     windows = pd.DataFrame({"globalPid": [gpid(P), gpid(P), gpid(Q)], "deviceId": 0,
                             "window_start": [0, 350, 0], "window_end": [350, 1000, 1000]})
-    out = M.launch_waits(windows, kernels, runtime)
+    out = M.launch_waits(windows, [kernels], runtime)
     assert out["launch_blocked_kernel_ns"].tolist() == [50, 20, 0]
     assert out["launch_wait_ns"].tolist() == [60, 30, 0]
     # a graph launch (one call, correlationId 4, 600-10,000) whose three kernels all ended inside it: their time
@@ -162,7 +162,7 @@ def test_launches_that_return_after_their_kernel():
                           "start": [900, 700, 1_200], "end": [1_000, 800, 1_300]})
     windows = pd.DataFrame({"globalPid": [gpid(P)] * 2, "deviceId": 0, "window_start": [650, 1_100],
                             "window_end": [1_100, 2_000]})
-    out = M.launch_waits(windows, graph, runtime)
+    out = M.launch_waits(windows, [graph], runtime)
     assert out["launch_blocked_kernel_ns"].tolist() == [200, 100]
     assert out["launch_wait_ns"].tolist() == [10_000 - 700, 0]
 

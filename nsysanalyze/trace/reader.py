@@ -80,6 +80,14 @@ class Trace:
         read-only broadcast view (values as in the cached loaders); not cached."""
         return getattr(tables, kind)(self.conn, self.schema, columns, compact=True)
 
+    def kernel_rows(self, columns: list[str], rowids: tuple[int, int]) -> pd.DataFrame:
+        """The kernels with lo <= rowid < hi (``rowids``), as :meth:`gpu_table` gives them; not cached."""
+        return tables.kernels(self.conn, self.schema, columns, compact=True, rowids=rowids)
+
+    def kernel_rowids(self) -> tuple[int, int] | None:
+        """(lo, hi): the kernels' rowids lie in [lo, hi); None without kernels."""
+        return tables.kernel_rowids(self.conn, self.schema)
+
     def runtime_named(self, name_ids) -> pd.DataFrame:
         """Runtime calls (as ``runtime``) whose nameId is among ``name_ids`` (filtered in SQL), correlationId
         and nameId as int32 where they fit; not cached."""

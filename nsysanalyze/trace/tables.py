@@ -521,32 +521,34 @@ ACTIVITY_BASE = ["start", "end", "deviceId", "streamId", "correlationId", "globa
 
 
 def _activity(conn: sqlite3.Connection, schema: Schema, table: str, extra: dict[str, tuple[str, str]],
-              columns: list[str] | None = None, compact: bool = False) -> pd.DataFrame:
+              columns: list[str] | None = None, compact: bool = False,
+              rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """Rows of a CUPTI GPU activity table with the common columns plus ``extra`` (output name -> (table
     column, default when the table lacks it)).
 
     ``columns`` (output names) loads only those, in that order; ``compact`` keeps id-like columns
-    (SMALL_COLUMNS) as int32 when they fit.
+    (SMALL_COLUMNS) as int32 when they fit; ``rowids`` (lo, hi): only the rows lo <= rowid < hi.
     """
     sql_of = {c: schema.col_or(table, c, "0") for c in ACTIVITY_BASE}
     sql_of.update({name: schema.col_or(table, c, d) for name, (c, d) in extra.items()})
     names = columns or list(sql_of)
     if not schema.has(table, "start", "end"):
         return _empty(names)
-    return fetch_columns(conn, table, {c: sql_of[c] for c in names}, TIMED,
-                         small=SMALL_COLUMNS if compact else (), steady=("globalPid", "deviceId", "streamId"))
+    return fetch_columns(conn, table, {c: sql_of[c] for c in names}, TIMED, small=SMALL_COLUMNS if compact else (),
+                         steady=("globalPid", "deviceId", "streamId"), rowids=rowids)
 
 
 def kernels(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
-            compact: bool = False) -> pd.DataFrame:
+            compact: bool = False, rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """Kernels: start, end, deviceId, streamId, correlationId, globalPid, nameId (StringIds id of shortName),
     demangledId (of the name ``nsys stats`` shows: :func:`kernel_name_column`).
 
-    ``columns`` loads only the named ones (in that order); ``compact``: id columns as int32 when they fit.
+    ``columns`` loads only the named ones (in that order); ``compact``: id columns as int32 when they fit;
+    ``rowids`` (lo, hi): only the rows lo <= rowid < hi.
     """
     short = "shortName" if schema.has(KERNEL, "shortName") else "demangledName"
     return _activity(conn, schema, KERNEL, {"nameId": (short, "-1"), "demangledId": (kernel_name_column(schema) or short, "-1")},
-                     columns, compact)
+                     columns, compact, rowids)
 
 
 def memcpys(conn: sqlite3.Connection, schema: Schema, columns: list[str] | None = None,
@@ -746,6 +748,12 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
         within.append(("globalTid", _ids(threads)))
     early = (("start", "end"), keep_time) if keep_time is not None else None
     return _named(conn, schema, _osrt_rows(conn, tuple(within), keep, early, rowids))
+
+
+def kernel_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
+    """(lo, hi): the kernel table's rowids are lo <= rowid < hi (:func:`rowid_ends`); None without kernels."""
+    lo, hi = rowid_ends(conn, KERNEL) if schema.has(KERNEL, "start", "end") else (None, None)
+    return None if lo is None else (int(lo), int(hi) + 1)
 
 
 def osrt_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
