@@ -57,3 +57,28 @@ def test_the_budget_is_set_from_the_environment(monkeypatch):
                           env=env, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "NSYSANALYZE_KERNEL_BUDGET_MB='lots'" in proc.stderr
+
+
+def test_empty_blocks_change_nothing():
+    """A rowid range past the table's end reads as an empty block (sparse rowids give such blocks); with one at
+    each end of 97-row blocks of resnet18_baseline's kernels, the kernel table, the inferred steps, the launch
+    waits, the GPU window metrics (50-kernel tiles) and the busy unions equal those of one block."""
+    import numpy as np
+    import pandas as pd
+    from nsysanalyze import kernels as K, metrics as M, steps as S
+    with nsysanalyze.open(fixture_trace("resnet18_baseline.sqlite")) as a:
+        kernels, copies, sets, calls = a._kernels, a._memcpys, a._memsets, a._runtime_calls
+        hi = a._kernel_rowids[1]
+        empty = a.trace.kernel_rows(list(kernels.columns), (hi + 10, hi + 20))
+        windows = a.steps()[["globalPid", "deviceId", "window_start", "window_end"]].astype(np.int64)
+        assert empty.empty and list(empty.columns) == list(kernels.columns)
+        cut = [empty, *B.frame_blocks(kernels, 97), empty]
+        for result in (lambda b: K.aggregate(b, a.trace.strings, None, "demangledId"), S.inferred_steps,
+                       lambda b: M.launch_waits(windows, b, calls),
+                       lambda b: M.gpu_metrics(windows, b, copies, sets, a.trace.nccl_kernel_name_ids, tile_kernels=50)):
+            pd.testing.assert_frame_equal(result(cut), result([kernels]))
+        one, cut = M.busy_coverage([kernels], copies, sets), M.busy_coverage(cut, copies, sets)
+        assert one.keys() == cut.keys()
+        for key in one:
+            np.testing.assert_array_equal(cut[key].starts, one[key].starts)
+            np.testing.assert_array_equal(cut[key].ends, one[key].ends)
