@@ -1,11 +1,11 @@
 """A table a block of rows at a time (issue 20 item 2: peak memory bounded by design).
 
 The kernel-side consumers of the pass take their rows as *blocks*: a sequence of frames with the same
-columns, each one run of consecutive rows of the table, that can be walked more than once (each walk will
-be one read of the table once blocks are read from the export). A consumer holds one block at a time plus
-state the size of its result (groups, streams, windows), never state the size of the table, and gives the
-same result whatever the cut (tested against one block). Today the blocks are views of a table read whole
-(:func:`frame_blocks`).
+columns, each one run of consecutive rows of the table, that can be walked more than once (each walk
+is one read of the table when the blocks are read from the export). A consumer holds one block at a time
+plus state the size of its result (groups, streams, windows), never state the size of the table, and gives
+the same result whatever the cut (tested against one block). The analysis passes the kernel table held whole
+as one block, or, above its budget (analysis.KERNEL_BUDGET_BYTES), :class:`ReadBlocks` of the export.
 """
 from __future__ import annotations
 
