@@ -43,11 +43,6 @@ def in_start_order(blocks: Blocks) -> bool:
     return True
 
 
-def rows_of(blocks: Blocks) -> int:
-    """The number of rows in all blocks."""
-    return sum(len(b) for b in blocks)
-
-
 SELECT_BUCKETS = 1024  # value buckets per order statistic in a counting walk: each walk narrows its range ~1024x
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .blocks import Blocks, frame_blocks, order_statistics, rows_of
+from .blocks import Blocks, frame_blocks, order_statistics
 from .intervals import group_codes, group_indices, row_blocks, search_sorted
 from .metrics import steady_steps
 
@@ -66,10 +66,10 @@ def aggregate(kernels: Blocks, names: dict[int, str] | Callable[[np.ndarray], di
     One block: one grouping pass and one sort of (group, duration) keys. Several: a walk for the counts,
     sums, extremes and step sums, then the medians' walks (blocks.order_statistics). No per-kernel Python
     work, and no block is copied."""
-    if rows_of(kernels) == 0:
-        return pd.DataFrame(columns=KERNEL_COLUMNS)
     windows = steps if steps is not None and not steps.empty else None
     per_block = [_block_sums(b, name_column, windows) for b in kernels if len(b)]
+    if not per_block:
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
     if len(per_block) == 1:
         out, median = per_block[0][0], per_block[0][1]
     else:

@@ -48,7 +48,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .blocks import Blocks, frame_blocks, in_start_order, rows_of
+from .blocks import Blocks, frame_blocks, in_start_order
 from .intervals import (Coverage, count_in_windows, durations_in_windows, group_indices,
                         intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
                         union, union_of)
@@ -216,7 +216,8 @@ def gpu_metrics(windows: pd.DataFrame, kernels: Blocks, memcpys: pd.DataFrame, m
                 nccl_name_ids: np.ndarray, nccl_kinds: dict[int, str] | None = None,
                 tile_kernels: int | None = None) -> pd.DataFrame:
     """GPU-side metrics per window row (same index as ``windows``); see the module docstring. ``kernels``:
-    blocks (nsysanalyze.blocks), walked once; ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`).
+    blocks (nsysanalyze.blocks), walked twice when there are several (their start order checked, then the
+    tiles); ``nccl_kinds``: NCCL kernel nameId -> collective kind (:func:`nccl_kind`).
 
     Computed over time tiles of at most ``tile_kernels`` kernels (default TILE_KERNELS; :func:`time_tiles`):
     every window is cut at the tiles' bounds and each part measured on the activities overlapping its tile.
@@ -257,9 +258,9 @@ def time_tiles(kernels: Blocks, others: tuple[pd.DataFrame, ...], tile_kernels: 
     """Time tiles [t0, t1) ns cut at the first start of every piece of at most ``tile_kernels`` kernels of
     each block (walked once), each with the kernels, then the rows of each of ``others``, that overlap it:
     those starting in it and those started before it that end after t0 (carried from tile to tile; a row
-    starting exactly at a cut is the later tile's). None: one tile is all there is, or the kernels or a frame
-    of ``others`` are not in start order (the tiles' rows are found by start)."""
-    if rows_of(kernels) <= tile_kernels or not in_start_order(kernels):
+    starting exactly at a cut is the later tile's). None: one block of at most ``tile_kernels`` kernels (one
+    tile), or the kernels or a frame of ``others`` are not in start order (the tiles' rows are found by start)."""
+    if (len(kernels) == 1 and len(kernels[0]) <= tile_kernels) or not in_start_order(kernels):
         return None
     starts = [f["start"].to_numpy() for f in others]
     if not all(is_sorted(s) for s in starts):
