@@ -45,10 +45,13 @@ PYTHON_NVTX_FIRST_AFFECTED = "2023.4"
 # ids as int32)
 KERNEL_COLUMNS = ["start", "end", "deviceId", "globalPid", "nameId", "demangledId", "streamId", "correlationId"]
 KERNEL_ROW_BYTES = 44
-# Kernel bytes above which the kernels are never held whole: every stage walks them a block of blocks.ROWS
-# rowids at a time, read from the export at each walk (issue 20 item 2); NSYSANALYZE_KERNEL_BUDGET_MB sets it.
-# 512 MiB holds about 12M kernels whole: the bench's 10M-activity exports (9.3M kernels) are read once.
-KERNEL_BUDGET_BYTES = 512 << 20
+# The runtime calls' bytes a row as held (two int64 times, an int64 thread id, correlationId and nameId as int32)
+RUNTIME_ROW_BYTES = 32
+# A table's bytes (its rowids' span times its bytes a row) above which it is never held whole: every stage walks
+# it a block of blocks.ROWS rowids at a time, read from the export at each walk (issue 20 item 2), the kernels and
+# the runtime calls each against this budget; NSYSANALYZE_TABLE_BUDGET_MB sets it. 512 MiB holds about 12M kernels
+# or 16M runtime calls whole: the bench's 10M-activity exports (9.3M kernels, up to 17.3M calls) are read once.
+TABLE_BUDGET_BYTES = 512 << 20
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Analysis:
         self.trace = Trace(path)
         self.step_range = step_range
         self._kernel_columns = list(KERNEL_COLUMNS)  # those a later stage still needs
+        self._fetched_calls: list[pd.DataFrame] | None = None  # calls fetched by correlationId (see _project)
 
     def close(self) -> None:
         self.trace.close()
@@ -106,10 +110,8 @@ class Analysis:
 
     @cached_property
     def _kernels_read_in_blocks(self) -> bool:
-        """Whether the kernels' columns (KERNEL_ROW_BYTES a rowid) exceed the budget (KERNEL_BUDGET_BYTES, or
-        NSYSANALYZE_KERNEL_BUDGET_MB), so that they are read from the export a block at a time, never whole."""
-        return self._kernel_rowids is not None and (
-            (self._kernel_rowids[1] - self._kernel_rowids[0]) * KERNEL_ROW_BYTES > kernel_budget_bytes())
+        """Whether the kernels are read from the export a block at a time, never whole (:func:`over_budget`)."""
+        return over_budget(self._kernel_rowids, KERNEL_ROW_BYTES)
 
     @property
     def _kernel_blocks(self) -> B.Blocks:
@@ -164,20 +166,43 @@ class Analysis:
         return self.trace.api_names()
 
     @cached_property
-    def _runtime_calls(self) -> pd.DataFrame:
-        """Runtime calls selected by API name in SQL, in one scan: those the metrics classify (launches, sync
+    def _runtime_name_ids(self) -> set[int]:
+        """The runtime calls read, by API name (selected in SQL): those the metrics classify (launches, sync
         copies, sync waits, allocations) and, when steps are projected, the other calls that can launch GPU
         work (async copies, memsets, ...)."""
         ids = set(M.api_categories(self._api_names))
         if self._projects_steps:
             ids |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
-        return self.trace.runtime_named(ids)
+        return ids
 
     @cached_property
-    def _projection_runtime(self) -> list[pd.DataFrame]:
+    def _runtime_calls(self) -> pd.DataFrame:
+        """The runtime calls of _runtime_name_ids held whole, in one scan (only while within the budget: see
+        _runtime_blocks)."""
+        return self.trace.runtime_named(self._runtime_name_ids)
+
+    @cached_property
+    def _runtime_rowids(self) -> tuple[int, int] | None:
+        return self.trace.runtime_rowids()
+
+    @cached_property
+    def _runtime_read_in_blocks(self) -> bool:
+        """Whether the runtime calls are read from the export a block at a time, never whole (:func:`over_budget`)."""
+        return over_budget(self._runtime_rowids, RUNTIME_ROW_BYTES)
+
+    @property
+    def _runtime_blocks(self) -> B.Blocks:
+        """The runtime calls (start, end, globalTid, correlationId, nameId) as blocks: held whole as one block, or,
+        above the budget, blocks of rowids read from the export at each walk."""
+        if self._runtime_read_in_blocks:
+            return B.ReadBlocks(partial(self.trace.runtime_named, self._runtime_name_ids), self._runtime_rowids)
+        return [self._runtime_calls]
+
+    @property
+    def _projection_runtime(self) -> B.Chained:
         """Runtime frames steps are projected with: the loaded calls (and, once _project found GPU work no
         loaded call launched, those activities' calls by correlationId)."""
-        return [self._runtime_calls]
+        return B.Chained(self._runtime_blocks, self._fetched_calls or [])
 
     def _project(self, ranges: pd.DataFrame) -> pd.DataFrame:
         """Step windows of NVTX step rows (steps.project_steps) from one join of activities to their calls.
@@ -185,17 +210,15 @@ class Analysis:
         correlationId — so no launching call is missed whatever its name — and the steps projected again."""
         if ranges.empty:
             return S.project_steps(ranges, [], [])
-        parts = self._projection_runtime
-        windows, missing = S.project_steps_checked(ranges, parts, self._gpu_parts)
-        if len(missing) and len(parts) == 1:
+        windows, missing = S.project_steps_checked(ranges, self._projection_runtime, self._gpu_parts)
+        if len(missing) and self._fetched_calls is None:
             loaded = set(M.api_categories(self._api_names))
             loaded |= {i for i, n in self._api_names.items() if S.LAUNCHES_GPU_WORK.match(n)}
             extra = self.trace.runtime_by_correlation(missing["correlationId"].to_numpy(), loaded)
             key = pd.MultiIndex.from_arrays([pid_of(extra["globalTid"]), extra["correlationId"].to_numpy()])
-            extra = extra[key.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)
-            parts.append(extra)  # fetched once, even when empty
-            if len(extra):
-                windows = S.project_steps(ranges, parts, self._gpu_parts)
+            self._fetched_calls = [extra[key.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)]
+            if len(self._fetched_calls[0]):  # fetched once, even when empty
+                windows = S.project_steps(ranges, self._projection_runtime, self._gpu_parts)
         return windows
 
     def _load_tables(self) -> None:
@@ -203,7 +226,8 @@ class Analysis:
         decoder's numpy release the GIL; ``diagnose --jobs`` lowers THREADS where each job has one core)."""
         tune_allocator()  # from here on, large arrays are unmapped when freed, every thread on one arena
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = ["_runtime_calls", "_memcpys", "_memsets"] + ([] if self._kernels_read_in_blocks else ["_kernels"])
+        names = (["_memcpys", "_memsets"] + ([] if self._runtime_read_in_blocks else ["_runtime_calls"])
+                 + ([] if self._kernels_read_in_blocks else ["_kernels"]))
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
@@ -252,12 +276,12 @@ class Analysis:
         t = self.trace
         self._htod_on_kernel_streams, self._nccl_streams  # noqa: B018 (the kernels' streams: then they are dropped)
         self._launch_medians  # noqa: B018 (the runtime calls are dropped below)
-        waits = M.launch_waits(windows, self._kernel_blocks, self._runtime_calls)
+        waits = M.launch_waits(windows, self._kernel_blocks, self._runtime_blocks)
         # streams and correlationIds are done with (the steps are projected, the launches joined)
         self._drop_kernel_columns(["streamId", "correlationId"])
-        runtime = M.classify_runtime(self._runtime_calls.drop(columns="correlationId"), self._api_names)
-        for name in ("_projection_runtime", "_runtime_calls"):
-            self.__dict__.pop(name, None)
+        runtime = self._classified_runtime()
+        self.__dict__.pop("_runtime_calls", None)
+        self._fetched_calls = None
         release_freed_memory()  # each stage's temporaries are handed back before the next one's peak
         self.__dict__["_kernel_table"] = self._aggregate_kernels(steps)
         self._drop_kernel_columns(["demangledId"])
@@ -269,7 +293,7 @@ class Analysis:
         self.__dict__.pop("_kernels", None)
         self.__dict__.pop("_memsets", None)
         release_freed_memory()
-        cpu = M.cpu_metrics(windows, runtime)
+        cpu = M.cpu_metrics(windows, B.as_blocks(runtime))
         idle = A.idle_by_device([steps, capture], busy)
         del busy  # the unions are done with: the attribution works on the idle intervals
         steps_at = steps.assign(first_launch=A.first_launch_times(steps, runtime)) if len(steps) else steps
@@ -296,6 +320,13 @@ class Analysis:
         del idle
         self.__dict__["_busy_classes"] = gpu[L.BUSY_COLUMNS]  # the ledger's busy rows (not step/summary columns)
         return pd.concat([gpu.drop(columns=L.BUSY_COLUMNS), cpu, gaps], axis=1)
+
+    def _classified_runtime(self) -> pd.DataFrame | B.Blocks:
+        """The runtime calls without correlationId, classified (metrics.classify_runtime): the frame held whole, or
+        blocks classified as each is read."""
+        def classify(calls: pd.DataFrame) -> pd.DataFrame:
+            return M.classify_runtime(calls.drop(columns="correlationId"), self._api_names)
+        return B.Mapped(self._runtime_blocks, classify) if self._runtime_read_in_blocks else classify(self._runtime_calls)
 
     def _aggregate_kernels(self, steps: pd.DataFrame) -> pd.DataFrame:
         """The per-kernel table (nsysanalyze.kernels) of the kernels, by demangled name."""
@@ -585,7 +616,7 @@ class Analysis:
     @cached_property
     def _launch_medians(self) -> dict[int, float]:
         """globalPid -> its median kernel launch call (ns; metrics.median_launch_ns)."""
-        return M.median_launch_ns(self._runtime_calls, self._api_names)
+        return M.median_launch_ns(self._runtime_blocks, self._api_names)
 
     @cached_property
     def _nccl_streams(self) -> dict[tuple[int, int], tuple[float, int]]:
@@ -741,18 +772,24 @@ class Analysis:
         return every.sort_values("_order", kind="stable").reset_index(drop=True)[cols]
 
 
-def kernel_budget_bytes() -> int:
-    """KERNEL_BUDGET_BYTES, or NSYSANALYZE_KERNEL_BUDGET_MB (MiB, a number >= 0) when set."""
-    mb = os.environ.get("NSYSANALYZE_KERNEL_BUDGET_MB")
+def table_budget_bytes() -> int:
+    """TABLE_BUDGET_BYTES, or NSYSANALYZE_TABLE_BUDGET_MB (MiB, a number >= 0) when set."""
+    mb = os.environ.get("NSYSANALYZE_TABLE_BUDGET_MB")
     if not mb:
-        return KERNEL_BUDGET_BYTES
+        return TABLE_BUDGET_BYTES
     try:
         value = float(mb)
     except ValueError:
         value = -1.0
     if not value >= 0:
-        raise InputError(f"NSYSANALYZE_KERNEL_BUDGET_MB={mb!r}: give the kernels' memory budget in MiB (a number >= 0)")
+        raise InputError(f"NSYSANALYZE_TABLE_BUDGET_MB={mb!r}: give the memory budget of a table held whole in MiB "
+                         "(a number >= 0)")
     return int(value * 2**20)
+
+
+def over_budget(rowids: tuple[int, int] | None, row_bytes: int) -> bool:
+    """Whether a table of rowids [lo, hi) (None: no rows) at ``row_bytes`` a row exceeds :func:`table_budget_bytes`."""
+    return rowids is not None and (rowids[1] - rowids[0]) * row_bytes > table_budget_bytes()
 
 
 def confidence_factor(step_source: str | None, steady: int, coverage: float, scope: str) -> float:

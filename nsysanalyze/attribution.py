@@ -60,11 +60,12 @@ from functools import cached_property, partial
 import numpy as np
 import pandas as pd
 
+from .blocks import Blocks, as_blocks
 from .intervals import (BLOCK, Coverage, dense_codes, group_indices, is_sorted, isin_blocks, key_groups,
                         lanes_per_batch, median_per_group, overlapping, row_blocks, search_sorted, searchsorted_sorted,
                         union, union_of, unique_sorted)
 from .steps import group_name, per_distinct, rows_by_process, steady_frame
-from .threads import for_blocks, in_blocks, ordered_map
+from .threads import for_blocks, ordered_map
 from .trace.tables import PROCESS_MASK, pid_of
 
 LEVELS = ["warmup", "cuda_blocking", "os_runtime", "launch", "os_wait", "nvtx_range", "untraced"]
@@ -98,11 +99,21 @@ def api_base_name(name: str) -> str:
     return re.sub(r"(_v\d+)?(_ptsz|_ptds)?$", "", name)
 
 
-def sync_ends(runtime: pd.DataFrame) -> pd.DataFrame:
-    """End times (ns) of the calls that wait for the GPU (SYNC_APIS), with their globalPid."""
-    sync = api_is(runtime, SYNC_APIS)
-    return pd.DataFrame({"globalPid": pid_of(runtime["globalTid"].to_numpy()[sync]),
-                         "end": runtime["end"].to_numpy(np.int64)[sync]})
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The arrays of ``parts`` one after the other: the array itself when there is one (no copy), int64 when none."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def sync_ends(runtime: pd.DataFrame | Blocks) -> pd.DataFrame:
+    """End times (ns) of the calls that wait for the GPU (SYNC_APIS), with their globalPid, in row order.
+    ``runtime``: a frame or blocks of it (:func:`as_blocks`), walked once: each block's sync rows are kept (the
+    result)."""
+    pids, ends = [], []
+    for block in as_blocks(runtime):
+        sync = api_is(block, SYNC_APIS)
+        pids.append(pid_of(block["globalTid"].to_numpy()[sync]))
+        ends.append(block["end"].to_numpy(np.int64)[sync])
+    return pd.DataFrame({"globalPid": _joined(pids), "end": _joined(ends)})
 
 
 def api_is(runtime: pd.DataFrame, categories) -> np.ndarray:
@@ -164,7 +175,8 @@ class HostSources:
     ``helper``: the labelled launch gaps of other threads during GPU idle (a process keeps them only when its
     primary thread makes an OS wait during GPU idle); ``cause_threads``: the globalTids whose OS calls can be
     causes; ``primary``: globalPid -> primary thread; ``launch_tids``: launching threads; ``runtime``: the
-    classified CUDA calls during GPU idle (an OS call inside one is that call's); ``keep``/``keep_time``: the
+    classified CUDA calls during GPU idle (in the runtime's row order, index kept; an OS call inside one is that
+    call's); ``keep``/``keep_time``: the
     OS-call tests of :func:`host_intervals`' ``os_calls`` (``keep`` None: none beyond ``keep_time``)."""
 
     parts: list
@@ -193,7 +205,7 @@ class HostSources:
         return pid_of(np.intersect1d(waiting, np.array(list(self.primary.values()), dtype=np.int64)))
 
 
-def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
+def host_intervals(runtime: pd.DataFrame | Blocks, api_names: dict[int, str], os_calls: Callable[..., pd.DataFrame],
                    nvtx: pd.DataFrame, step_ranges: pd.DataFrame, devices: dict[int, list[tuple]],
                    mpi: pd.DataFrame | None = None) -> pd.DataFrame:
     """Labelled host intervals (start, end, globalPid, level, cause) of every process (level: index in LEVELS),
@@ -203,13 +215,14 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     rows by start).
 
     ``runtime``: CUDA calls (start, end, globalTid, nameId, api in launch/sync_copy/sync_wait/async_copy/alloc,
-    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`); a caller that hands
-    over its only reference lets the whole table go before the OS calls are read. ``os_calls(threads,
-    keep, keep_time)`` (called once): the OS runtime calls (start, end, globalTid, name) on those threads
-    (globalTids) that ``keep_time`` (start, end -> mask: overlap with any process's GPU idle; a reader may test
-    it before it reads a call's thread) and then ``keep`` (a chunk's start, end, globalTid arrays -> row mask;
-    None: every call) select — asked only for the threads whose calls can be causes (primary and launching
-    threads of processes with GPU idle) and the calls overlapping that idle, so the rest are never held;
+    NaN for calls of no category, which are skipped: :func:`metrics.classify_runtime`), a frame or blocks of it
+    (:func:`host_sources`); a caller that hands over its only reference lets the whole table go before the OS
+    calls are read. ``os_calls(threads, keep, keep_time)`` (called once): the OS runtime calls (start, end,
+    globalTid, name) on those threads (globalTids) that ``keep_time`` (start, end -> mask: overlap with any
+    process's GPU idle; a reader may test it before it reads a call's thread) and then ``keep`` (a chunk's start,
+    end, globalTid arrays -> row mask; None: every call) select — asked only for the threads whose calls can be
+    causes (primary and launching threads of processes with GPU idle) and the calls overlapping that idle, so the
+    rest are never held;
     ``nvtx``: NVTX ranges (start, end, globalTid, name); ``step_ranges``: the NVTX step rows (globalTid,
     cpu_start, cpu_end), may be empty;
     ``mpi``: MPI calls (start, end, globalTid, name) of nsys' MPI trace: blocking calls (the host held by the
@@ -220,23 +233,29 @@ def host_intervals(runtime: pd.DataFrame, api_names: dict[int, str], os_calls: C
     return host_frame(sources, os_calls(sources.cause_threads, sources.keep, sources.keep_time))
 
 
-def host_sources(runtime: pd.DataFrame, api_names: dict[int, str], nvtx: pd.DataFrame, step_ranges: pd.DataFrame,
-                 devices: dict[int, list[tuple]], mpi: pd.DataFrame | None = None,
+def host_sources(runtime: pd.DataFrame | Blocks, api_names: dict[int, str], nvtx: pd.DataFrame,
+                 step_ranges: pd.DataFrame, devices: dict[int, list[tuple]], mpi: pd.DataFrame | None = None,
                  os_calls_captured: bool = True) -> HostSources:
     """The host intervals' parts that are not OS calls, and what the OS calls are read and labelled by
     (arguments as :func:`host_intervals`). Without ``os_calls_captured`` no primary thread can be seen waiting
-    in the OS, so the launch gaps of other threads (``helper``) are not made: no process would keep them."""
-    launching = (runtime["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
-    launches_per_thread = _count_per_thread(runtime["globalTid"].to_numpy(), launching)
+    in the OS, so the launch gaps of other threads (``helper``) are not made: no process would keep them.
+
+    ``runtime``: a frame or blocks of it (:func:`as_blocks`; at least one block), walked once for the launch counts
+    and the calls during GPU idle (:func:`_calls_during_idle`), and once more for the launch gaps of other
+    threads (:func:`_launch_gaps_of_other_threads`) when a process has a launching thread besides its primary
+    one; what is kept between blocks is their result (counts, calls, gaps) and one launch per such thread."""
+    blocks = as_blocks(runtime)
+    del runtime  # a frame handed over: the whole table is released with ``blocks``
+    runtime, launching, launches_per_thread, unordered = _calls_during_idle(blocks, devices)
     primary = _primary_threads(launches_per_thread, step_ranges)
     launch_tids = set(launches_per_thread.index.tolist())
     cause_threads = np.array(sorted(set(primary.values()) | launch_tids), dtype=np.int64)
     cause_threads = cause_threads[np.isin(pid_of(cause_threads), list(devices))]
     # the launch gaps of other threads count only where a primary thread waits in the OS: no primary asks for
     # them when no OS call was captured (the function returns no gaps without primary threads)
-    helper_gaps = _launch_gaps_of_other_threads(runtime, launching, primary if os_calls_captured else {}, devices)
-    during = _during_idle(runtime, devices) & runtime["api"].notna().to_numpy()  # classified calls only
-    runtime, launching = runtime[during], launching[during]  # the whole table is done with here
+    helper_gaps = _launch_gaps_of_other_threads(blocks, launches_per_thread.index.to_numpy(),
+                                                primary if os_calls_captured else {}, unordered, devices)
+    del blocks  # the whole table is done with here
     any_idle = _idle_of_any(devices)  # a call during its own process's idle is during this union's
     rt_pid = pid_of(runtime["globalTid"].to_numpy())
     if len(nvtx):
@@ -418,48 +437,128 @@ def _in_range(label: str, t: np.ndarray, pids: np.ndarray, ranges: pd.DataFrame)
     return pd.Categorical.from_codes(code, labels)
 
 
-def _launch_gaps_of_other_threads(runtime: pd.DataFrame, launching: np.ndarray, primary: dict[int, int],
-                                  devices: dict[int, list[tuple]]) -> pd.DataFrame:
-    """The gaps (start, end, globalTid) shorter than SHORT_GAP_NS between consecutive launch calls of the
-    launching threads that are not their process's primary thread (PyTorch's autograd threads launching the
-    backward), those overlapping the GPU idle of their process's devices (``devices``: :func:`idle_by_process`;
-    tested a thread at a time, so the other gaps are never gathered): while one runs, the primary thread's OS
-    wait is a wait for that thread's work (the caller keeps them only for processes whose primary thread makes
-    OS waits during GPU idle)."""
-    cols = ["start", "end", "globalTid"]
-    if not primary or not launching.any():
-        return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
-    mains = np.array(sorted(primary.values()), dtype=np.int64)
-    tid = runtime["globalTid"].to_numpy()
-    other, threads = np.empty(tid.size, dtype=bool), set()
+def _calls_during_idle(runtime: Blocks, devices: dict[int, list[tuple]]) -> tuple[pd.DataFrame, np.ndarray,
+                                                                                   pd.Series, set[int]]:
+    """One walk over the runtime blocks, for: the classified calls during GPU idle (:func:`_during_idle`; every
+    block's, in row order, index kept) and their launch mask; the launch calls per globalTid, most first (ties in
+    order of first appearance over the blocks); with several blocks, the launching threads out of start order
+    across them (:func:`_launch_order`). Kept between blocks: those calls, the counts, each thread's latest launch."""
+    during_idle, launching_during, counts, latest, unordered = [], [], None, {}, set()
+    for block in runtime:
+        launching = (block["api"] == "launch").to_numpy()  # on the categorical's codes, not per-row strings
+        tid = block["globalTid"].to_numpy()
+        counts = _count_per_thread(tid, launching, counts)
+        if len(runtime) > 1:
+            unordered |= _launch_order(tid, block["start"].to_numpy(), launching, latest)
+        during = _during_idle(block, devices) & block["api"].notna().to_numpy()  # classified calls only
+        during_idle.append(block[during])
+        launching_during.append(launching[during])
+        del block, launching, tid, during
+    counts = counts.sort_values(ascending=False, kind="stable")
+    calls = during_idle[0] if len(during_idle) == 1 else pd.concat(during_idle)
+    return calls, _joined(launching_during), counts, unordered
 
-    def launches_of_others(r: slice) -> tuple[slice, np.ndarray, np.ndarray]:  # a block: bounded temporaries
-        mask = launching[r] & np.isin(pid_of(tid[r]), pid_of(mains)) & ~np.isin(tid[r], mains)
-        return r, mask, np.unique(tid[r][mask])
-    for r, mask, found in in_blocks(launches_of_others, row_blocks(tid.size)):
-        other[r] = mask
-        threads.update(found.tolist())
-    rows = np.flatnonzero(other)
-    del other
-    starts, ends = runtime["start"].to_numpy(), runtime["end"].to_numpy()
-    parts = []
-    for (thread,), mine in ([((threads.pop(),), None)] if len(threads) == 1 else group_indices(tid[rows])):
-        at = rows if mine is None else rows[mine]
-        s, e = starts[at], ends[at]
-        if not is_sorted(s):
-            order = np.argsort(s, kind="stable")
-            s, e = s[order], e[order]
-        gap_start, gap_end = e[:-1], s[1:]
-        keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
-        start, end = gap_start[keep], gap_end[keep]
-        del at, s, e, gap_start, gap_end, keep  # the thread's launches are done with before the idle test
-        gaps = _thread_gaps(start, end, thread)
-        during = _during_idle(gaps, devices)
-        parts.append(gaps if during.all() else _thread_gaps(start[during], end[during], thread))
+
+def _launch_order(tid: np.ndarray, start: np.ndarray, launching: np.ndarray, latest: dict[int, int]) -> set[int]:
+    """The threads of one block's launch calls (``launching``) whose first launch here starts before ``latest``
+    (globalTid -> its latest launch start in earlier blocks, ns; updated with this block's)."""
+    starts, unordered = start[launching], set()
+    for (thread,), rows in group_indices(tid[launching]):
+        mine = starts if rows is None else starts[rows]
+        first, last = int(mine.min()), int(mine.max())
+        if first < latest.get(thread, first):
+            unordered.add(thread)
+        latest[thread] = max(last, latest.get(thread, last))
+    return unordered
+
+
+def _launch_gaps_of_other_threads(runtime: Blocks, launch_tids: np.ndarray, primary: dict[int, int],
+                                  unordered: set[int], devices: dict[int, list[tuple]]) -> pd.DataFrame:
+    """The gaps (start, end, globalTid) shorter than SHORT_GAP_NS between consecutive launch calls of the
+    launching threads (among ``launch_tids``) that are not their process's primary thread (PyTorch's autograd
+    threads launching the backward), those overlapping the GPU idle of their process's devices (``devices``:
+    :func:`idle_by_process`; tested a thread at a time, so the other gaps are never gathered): while one runs, the
+    primary thread's OS wait is a wait for that thread's work (the caller keeps them only for processes whose
+    primary thread makes OS waits during GPU idle). By thread (globalTid order), then start.
+
+    One walk over the runtime blocks (none without such threads), a thread's launches of a block in start order
+    (stable): its gap across a cut starts at its last launch of the earlier blocks (carried: one launch per thread).
+    The launches of a thread among ``unordered`` (out of start order across blocks: :func:`_calls_during_idle`) are
+    gathered over the walk and sorted at its end, as one block's."""
+    cols = ["start", "end", "globalTid"]
+    mains = np.array(sorted(primary.values()), dtype=np.int64)
+    others = launch_tids[np.isin(pid_of(launch_tids), pid_of(mains)) & ~np.isin(launch_tids, mains)]
+    if not others.size:
+        return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
+    others.sort()
+    gaps: dict[int, list[dict]] = {int(t): [] for t in others}  # per thread, its gaps during idle block by block
+    carried: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per thread, its latest launch (start, end) so far
+    gathered = {t: [] for t in gaps if t in unordered}
+    for block in runtime:
+        starts, ends = block["start"].to_numpy(), block["end"].to_numpy()
+        for thread, at in _launch_rows(block, others):
+            s, e = starts[at], ends[at]
+            if thread in gathered:
+                gathered[thread].append((s, e))
+                continue
+            s, e = _by_start(s, e)
+            if thread in carried:
+                s, e = (np.concatenate((c, v)) for c, v in zip(carried[thread], (s, e)))
+            carried[thread] = (s[-1:].copy(), e[-1:].copy())
+            start, end = _short_gaps(s, e)
+            del s, e  # the thread's launches are done with before the idle test
+            gaps[thread].append(_thread_gaps_during_idle(start, end, thread, devices))
+        del block, starts, ends
+    for thread in list(gathered):
+        s, e = (_joined(list(c)) for c in zip(*gathered.pop(thread)))
+        start, end = _short_gaps(*_by_start(s, e))
+        del s, e
+        gaps[thread] = [_thread_gaps_during_idle(start, end, thread, devices)]
+    parts = [part for per_thread in gaps.values() for part in per_thread]
     if len(parts) == 1:
         return pd.DataFrame(parts[0], copy=False)
-    return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) if parts else np.empty(0, np.int64) for c in cols},
-                        copy=False)
+    return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in cols}, copy=False)
+
+
+def _launch_rows(runtime: pd.DataFrame, threads: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Per thread of ``threads`` (sorted globalTids) with launch calls in ``runtime``: (globalTid, the rows of those
+    calls, in row order); the launch mask a block of rows at a time, blocks side by side."""
+    tid = runtime["globalTid"].to_numpy()
+    launching = (runtime["api"] == "launch").to_numpy()
+    of_threads = np.empty(tid.size, dtype=bool)
+
+    def mark(r: slice) -> None:  # each block writes its own rows
+        of_threads[r] = launching[r] & np.isin(tid[r], threads)
+    for_blocks(mark, row_blocks(tid.size))
+    rows = np.flatnonzero(of_threads)
+    if threads.size == 1:  # one thread: no grouping
+        return [(int(threads[0]), rows)] if rows.size else []
+    return [(thread, rows if mine is None else rows[mine]) for (thread,), mine in group_indices(tid[rows])]
+
+
+def _by_start(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Calls (start, end ns) in start order (stable; as they are when they already are)."""
+    if is_sorted(s):
+        return s, e
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order]
+
+
+def _short_gaps(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps (start, end ns) shorter than SHORT_GAP_NS between consecutive calls (start ``s``, end ``e`` ns, in
+    start order) of one thread."""
+    gap_start, gap_end = e[:-1], s[1:]
+    keep = (gap_end > gap_start) & (gap_end - gap_start < SHORT_GAP_NS)
+    return gap_start[keep], gap_end[keep]
+
+
+def _thread_gaps_during_idle(start: np.ndarray, end: np.ndarray, thread: int,
+                             devices: dict[int, list[tuple]]) -> dict[str, np.ndarray]:
+    """One thread's gaps (start, end ns) that overlap the GPU idle of its process's devices (:func:`_during_idle`),
+    as :func:`_thread_gaps`' columns."""
+    gaps = _thread_gaps(start, end, thread)
+    during = _during_idle(gaps, devices)
+    return gaps if during.all() else _thread_gaps(start[during], end[during], thread)
 
 
 def _thread_gaps(start: np.ndarray, end: np.ndarray, thread: int) -> dict[str, np.ndarray]:
@@ -486,12 +585,13 @@ def _inside_cuda_calls(osrt: pd.DataFrame, calls: dict[int, tuple[np.ndarray, np
     return inside
 
 
-def _count_per_thread(tid: np.ndarray, mask: np.ndarray) -> pd.Series:
-    """Rows per globalTid among the ``mask``ed ones, most first (ties in order of first appearance),
-    counted a block of rows at a time (no copy of the masked tids)."""
-    blocks = [pd.Series(tid[b][mask[b]]).value_counts(sort=False) for b in row_blocks(tid.size)]
-    counts = pd.concat(blocks).groupby(level=0, sort=False).sum() if blocks else pd.Series([], dtype=np.int64)
-    return counts.sort_values(ascending=False, kind="stable")
+def _count_per_thread(tid: np.ndarray, mask: np.ndarray, earlier: pd.Series | None = None) -> pd.Series:
+    """Rows per globalTid among the ``mask``ed ones, added to ``earlier`` (the counts of earlier blocks, whose
+    threads come first), in order of first appearance, counted a block of rows at a time (no copy of the masked
+    tids)."""
+    parts = [pd.Series(tid[b][mask[b]]).value_counts(sort=False) for b in row_blocks(tid.size)]
+    parts = parts if earlier is None else [earlier, *parts]
+    return pd.concat(parts).groupby(level=0, sort=False).sum() if parts else pd.Series([], dtype=np.int64)
 
 
 def _labelled(rows, pids: np.ndarray, level: int, cause) -> pd.DataFrame:
@@ -1185,16 +1285,32 @@ def _cause_names(codes: np.ndarray, causes: pd.Index) -> np.ndarray:
     return np.where(codes >= 0, names[np.maximum(codes, 0)] if names.size else "", UNTRACED)
 
 
-def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
+def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame | Blocks) -> np.ndarray:
     """Per step row: start (ns) of the first call of its process that puts work on the GPU (a launch or a
-    copy) inside the step's CPU range [cpu_start, cpu_end), or cpu_end when there is none."""
+    copy) inside the step's CPU range [cpu_start, cpu_end), or cpu_end when there is none. ``runtime``: a frame
+    or blocks of it (:func:`as_blocks`), walked once: each block's first call lowers the time found so far (the
+    state between blocks: one int64 per step row, the result)."""
     out = steps["cpu_end"].to_numpy(np.int64).copy()
-    puts_work = api_is(runtime, ["launch", "sync_copy", "async_copy"])
-    if not puts_work.any() or steps.empty:
+    if steps.empty:
         return out
+    cpu_start = steps["cpu_start"].to_numpy(np.int64)
+    steps_of = [(pid, np.arange(len(steps)) if idx is None else idx)
+                for (pid,), idx in group_indices(steps["globalPid"].to_numpy())]
+    for block in as_blocks(runtime):
+        _lower_to_first_launch(out, block, cpu_start, steps_of)
+    return out
+
+
+def _lower_to_first_launch(out: np.ndarray, runtime: pd.DataFrame, cpu_start: np.ndarray,
+                           steps_of: list[tuple[int, np.ndarray]]) -> None:
+    """Set each step row's ``out`` (ns) to the first call of ``runtime`` that puts work on the GPU and starts in
+    [cpu_start, out) of that row, where there is one (``steps_of``: per globalPid, its step rows)."""
+    puts_work = api_is(runtime, ["launch", "sync_copy", "async_copy"])
+    if not puts_work.any():
+        return
     starts = runtime["start"].to_numpy()
     calls = dict(rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True))  # every call: no copy of the tids
-    for (pid,), idx in group_indices(steps["globalPid"].to_numpy()):
+    for pid, rows in steps_of:
         if pid not in calls:
             continue
         mine = calls[pid]
@@ -1202,12 +1318,10 @@ def first_launch_times(steps: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray
         if t.size == 0:
             continue
         t.sort(kind="stable")  # its own copy: sorted in place
-        rows = np.arange(len(steps)) if idx is None else idx
-        a = steps["cpu_start"].to_numpy(np.int64)[rows]
+        a = cpu_start[rows]
         k = np.minimum(np.searchsorted(t, a, side="left"), t.size - 1)
         found = (t[k] >= a) & (t[k] < out[rows])
         out[rows] = np.where(found, t[k], out[rows])
-    return out
 
 
 SUMMARY_COLUMNS = ["cause_kind", "cause", "ns", "before_launch_ns", "after_sync_ns", "short_gap_ns", "short_after_sync_ns"]

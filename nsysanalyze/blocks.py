@@ -1,11 +1,11 @@
 """A table a block of rows at a time (issue 20 item 2: peak memory bounded by design).
 
-The kernel-side consumers of the pass take their rows as *blocks*: a sequence of frames with the same
-columns, each one run of consecutive rows of the table, that can be walked more than once (each walk
-is one read of the table when the blocks are read from the export). A consumer holds one block at a time
+The consumers of the kernels and of the CUDA runtime calls take their rows as *blocks*: a sequence of
+frames with the same columns, each one run of consecutive rows of the table, that can be walked more than
+once (each walk is one read of the table when the blocks are read from the export). A consumer holds one block at a time
 plus state the size of its result (groups, streams, windows), never state the size of the table, and gives
-the same result whatever the cut (tested against one block). The analysis passes the kernel table held whole
-as one block, or, above its budget (analysis.KERNEL_BUDGET_BYTES), :class:`ReadBlocks` of the export.
+the same result whatever the cut (tested against one block). The analysis passes each of those tables held
+whole as one block, or, above its budget (analysis.TABLE_BUDGET_BYTES), :class:`ReadBlocks` of the export.
 """
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ from .intervals import is_sorted
 ROWS = 1 << 21  # rows per block: 2M kernels (about 90 MB of the pass's kernel columns)
 
 Blocks = Sequence[pd.DataFrame]
+
+
+def as_blocks(rows: pd.DataFrame | Blocks) -> Blocks:
+    """``rows`` as blocks: a frame is one block, blocks are taken as they are."""
+    return [rows] if isinstance(rows, pd.DataFrame) else rows
 
 
 def frame_blocks(frame: pd.DataFrame, rows: int | None = None) -> list[pd.DataFrame]:
@@ -148,6 +153,20 @@ class ReadBlocks(Sequence):
             raise IndexError(i)
         a = self.lo + (i % len(self)) * self.rows
         return self.read((a, min(a + self.rows, self.hi)))
+
+
+class Mapped(Sequence):
+    """``blocks`` with ``change`` applied to each block as it is taken (e.g. the runtime calls classified), again at
+    each walk: nothing is kept between walks."""
+
+    def __init__(self, blocks: Blocks, change: Callable[[pd.DataFrame], pd.DataFrame]):
+        self.blocks, self.change = blocks, change
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int) -> pd.DataFrame:
+        return self.change(self.blocks[i])
 
 
 class Chained:

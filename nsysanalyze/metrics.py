@@ -48,7 +48,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .blocks import Blocks, frame_blocks, in_start_order
+from .blocks import Blocks, frame_blocks, in_start_order, order_statistics
 from .intervals import (Coverage, count_in_windows, durations_in_windows, group_indices,
                         intersection_within, is_sorted, isin_blocks, lanes_per_batch, row_blocks, sum_in_windows,
                         union, union_of)
@@ -470,30 +470,48 @@ def _busy_partition(kern: Coverage, ms: np.ndarray, me: np.ndarray, classes: dic
     return out
 
 
-def cpu_metrics(windows: pd.DataFrame, api_calls: pd.DataFrame) -> pd.DataFrame:
-    """CPU-side metrics per window row: cpu_ns and the API call counts/ns, see the module docstring."""
+def cpu_metrics(windows: pd.DataFrame, api_calls: Blocks) -> pd.DataFrame:
+    """CPU-side metrics per window row: cpu_ns and the API call counts and ns (int64; see the module docstring).
+    ``api_calls``: blocks of classified runtime calls (:func:`classify_runtime`: start, end, globalTid, api), one
+    held at a time: each block's sums per window are added (one block: one pass over its calls)."""
     out = pd.DataFrame(index=windows.index)
     out["cpu_ns"] = (windows["cpu_end"] - windows["cpu_start"]).to_numpy()
-    api = pd.Categorical(api_calls["api"])
-    columns = {}
-    for name in API_PATTERNS:
-        code = api.categories.get_loc(name) if name in api.categories else -2
-        columns[f"{name}_calls"] = (code, False)
-        columns[f"{name}_ns"] = (code, True)
-    sums = _window_sums(windows, api_calls["globalTid"].to_numpy(), api_calls["start"].to_numpy(),
-                        api_calls["end"].to_numpy(), api.codes, columns)
-    for name, values in sums.items():
+    totals = {f"{name}_{unit}": np.zeros(len(windows), dtype=np.int64)
+              for name in API_PATTERNS for unit in ("calls", "ns")}
+    for block in api_calls:
+        api = pd.Categorical(block["api"])
+        columns = {}
+        for name in API_PATTERNS:
+            code = api.categories.get_loc(name) if name in api.categories else -2
+            columns[f"{name}_calls"] = (code, False)
+            columns[f"{name}_ns"] = (code, True)
+        sums = _window_sums(windows, block["globalTid"].to_numpy(), block["start"].to_numpy(), block["end"].to_numpy(),
+                            api.codes, columns)
+        for name, values in sums.items():
+            totals[name] += values
+    for name, values in totals.items():
         out[name] = values
     return out
 
 
-def median_launch_ns(runtime: pd.DataFrame, names: dict[int, str]) -> dict[int, float]:
+def median_launch_ns(runtime: Blocks, names: dict[int, str]) -> dict[int, float]:
     """globalPid -> the median duration (ns) of its kernel launch calls (API_PATTERNS' 'launch'): a launch's own
     host cost. A call that finds the GPU's launch queue full waits for a slot, so the longer calls of a GPU-bound
     loop are mostly waiting; the median stands for the call that did not (fewer than half of a loop's calls
-    wait: a queue holds on the order of a thousand launches)."""
+    wait: a queue holds on the order of a thousand launches).
+
+    ``runtime``: blocks of start, end, globalTid, nameId. One block: np.median of each process's durations; several:
+    the same values exactly (the mean of the middle pair), from :func:`blocks.order_statistics` (between blocks, per
+    process: the count, shortest and longest launch)."""
     ids = np.array([i for i, c in api_categories(names).items() if c == "launch"], dtype=np.int64)
-    if runtime.empty or ids.size == 0:
+    if ids.size == 0:
+        return {}
+    return _median_launch_of_frame(runtime[0], ids) if len(runtime) == 1 else _median_launch_of_blocks(runtime, ids)
+
+
+def _median_launch_of_frame(runtime: pd.DataFrame, ids: np.ndarray) -> dict[int, float]:
+    """:func:`median_launch_ns` of one frame: per process, np.median of its launch durations (ns)."""
+    if runtime.empty:
         return {}
     start, end = runtime["start"].to_numpy(), runtime["end"].to_numpy()
     launch = isin_blocks(runtime["nameId"].to_numpy(), ids)
@@ -510,11 +528,49 @@ def median_launch_ns(runtime: pd.DataFrame, names: dict[int, str]) -> dict[int, 
     return out
 
 
-def launch_waits(windows: pd.DataFrame, kernels: Blocks, runtime: pd.DataFrame) -> pd.DataFrame:
-    """launch_blocked_kernel_ns and launch_wait_ns per window row (see the module docstring). ``kernels``: blocks of
-    start, end, globalPid, deviceId, correlationId; ``runtime``: start, end, globalTid, correlationId of the calls (a
-    kernel's launch is the call of its process with its correlationId; other calls have other ids). Only the kernels
-    that ended inside their call are kept; a call that launched several kernels (a CUDA graph) waits once, with its
+def _median_launch_of_blocks(runtime: Blocks, ids: np.ndarray) -> dict[int, float]:
+    """:func:`median_launch_ns` of several blocks: a walk for each process's launch count, shortest and longest
+    (ns), then the walks of :func:`blocks.order_statistics` for the middle pair."""
+    extremes: dict[int, tuple[int, int, int]] = {}  # globalPid -> (launches, shortest, longest)
+    for block in runtime:
+        tid, ns = _launch_durations(block, ids)
+        for pid, rows in rows_by_process(tid, of_tid=True):
+            mine = ns if rows is None else ns[rows]
+            count, shortest, longest = extremes.get(pid, (0, np.iinfo(np.int64).max, np.iinfo(np.int64).min))
+            extremes[pid] = (count + mine.size, min(shortest, int(mine.min())), max(longest, int(mine.max())))
+    if not extremes:
+        return {}
+    pids = np.array(sorted(extremes), dtype=np.int64)
+    count, shortest, longest = (np.array(v, dtype=np.int64) for v in zip(*(extremes[p] for p in pids.tolist())))
+
+    def process_durations():
+        for block in runtime:
+            tid, ns = _launch_durations(block, ids)
+            yield np.searchsorted(pids, pid_of(tid)), ns
+    low, high = (count - 1) // 2, count // 2
+    even = high > low
+    process = np.arange(pids.size)
+    query = np.concatenate((process, process[even]))
+    values = order_statistics(process_durations, query, np.concatenate((low, high[even])), shortest[query],
+                              longest[query], count)
+    upper = values[:pids.size].copy()
+    upper[even] = values[pids.size:]
+    return dict(zip(pids.tolist(), ((values[:pids.size] + upper) / 2).tolist()))
+
+
+def _launch_durations(block: pd.DataFrame, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The globalTid and duration (end - start, int64 ns) of the block's launch calls (nameId in ``ids``)."""
+    launch = isin_blocks(block["nameId"].to_numpy(), ids)
+    ns = block["end"].to_numpy(np.int64)[launch] - block["start"].to_numpy(np.int64)[launch]
+    return block["globalTid"].to_numpy()[launch], ns
+
+
+def launch_waits(windows: pd.DataFrame, kernels: Blocks, runtime: Blocks) -> pd.DataFrame:
+    """launch_blocked_kernel_ns and launch_wait_ns per window row (int64 ns; see the module docstring). ``kernels``:
+    blocks of start, end, globalPid, deviceId, correlationId; ``runtime``: blocks of the calls' start, end, globalTid,
+    correlationId, walked once for each process's calls by correlationId (:func:`_calls_by_correlation`; a kernel's
+    launch is the call of its process with its correlationId; other calls have other ids). Only the kernels that ended
+    inside their call are kept; a call that launched several kernels (a CUDA graph) waits once, with its
     first kept kernel by start (ties: the first row). Both sums add up over the blocks.
 
     One pass over the blocks while they are in start order (and each kept kernel ends at or after its start): a
@@ -522,19 +578,28 @@ def launch_waits(windows: pd.DataFrame, kernels: Blocks, runtime: pd.DataFrame) 
     until then its first kept kernel is carried (the calls open at a cut). A block that breaks that order starts a
     second pass, which carries every call's first kept kernel to the end (one entry per call that kept one)."""
     sums = np.zeros((2, len(windows)), dtype=np.int64)
-    if len(windows) and len(runtime):
-        calls = _calls_by_correlation(runtime)
+    calls = _calls_by_correlation(runtime) if len(windows) else {}
+    if calls:
         sums = _launch_sums(windows, kernels, calls, in_order=True)
         sums = _launch_sums(windows, kernels, calls, in_order=False) if sums is None else sums
     return pd.DataFrame({"launch_blocked_kernel_ns": sums[0], "launch_wait_ns": sums[1]}, index=windows.index)
 
 
-def _calls_by_correlation(runtime: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per globalPid, its calls' correlationId, start and end (ns), by correlationId (stable)."""
-    c_corr, c_start, c_end = (runtime[c].to_numpy() for c in ("correlationId", "start", "end"))
+def _calls_by_correlation(runtime: Blocks) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per globalPid, its calls' correlationId, start and end (ns), by correlationId (stable: equal ids in row order),
+    the blocks taken one at a time. One block: its columns (no copy when one process has every row); several: only
+    these three columns of each process's rows are kept, then concatenated in block order."""
+    several = len(runtime) > 1
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for block in runtime:  # of several blocks, copies: a view would hold the block's other columns
+        columns = [block[c].to_numpy(copy=several) for c in ("correlationId", "start", "end")]
+        for pid, idx in rows_by_process(block["globalTid"].to_numpy(), of_tid=True):
+            parts.setdefault(pid, []).append(tuple(a if idx is None else a[idx] for a in columns))
     out = {}
-    for pid, idx in rows_by_process(runtime["globalTid"].to_numpy(), of_tid=True):
-        corr, start, end = (a if idx is None else a[idx] for a in (c_corr, c_start, c_end))
+    for pid in list(parts):
+        mine = parts.pop(pid)
+        corr, start, end = mine[0] if len(mine) == 1 else (np.concatenate(c) for c in zip(*mine))
+        del mine
         if not is_sorted(corr):
             order = np.argsort(corr, kind="stable")
             corr, start, end = corr[order], start[order], end[order]

@@ -1,5 +1,5 @@
-"""The whole report is the same whether the kernels are held whole or never held but read from the export a
-block at a time (analysis.KERNEL_BUDGET_BYTES exceeded): issue 20 item 2."""
+"""The whole report is the same whether the kernels and the runtime calls are held whole or never held but read
+from the export a block at a time (analysis.TABLE_BUDGET_BYTES exceeded): issue 20 item 2."""
 import json
 import os
 import subprocess
@@ -28,35 +28,37 @@ def _report(path) -> str:
 
 
 @pytest.mark.parametrize("where,name", REAL, ids=[r[1] for r in REAL])
-def test_report_is_the_same_for_any_cut_of_the_kernels(monkeypatch, where, name):
+def test_report_is_the_same_for_any_cut_of_the_tables(monkeypatch, where, name):
     """Blocks of 150 rowids read from the export at each walk (the budget set to 0 bytes) give the report of
-    the kernels held whole, byte for byte; the kernel table is never read whole."""
+    the kernels and runtime calls held whole, byte for byte; neither table is ever read whole."""
     path = fixture_trace(name) if where == "fixtures" else shared_trace(name)
     whole = _report(path)
     monkeypatch.setattr(B, "ROWS", 150)
-    monkeypatch.setattr(AN, "KERNEL_BUDGET_BYTES", 0)
-    kinds, blocks = [], []
-    gpu_table, kernel_rows = Trace.gpu_table, Trace.kernel_rows
+    monkeypatch.setattr(AN, "TABLE_BUDGET_BYTES", 0)
+    kinds, blocks, calls = [], [], []
+    gpu_table, kernel_rows, runtime_named = Trace.gpu_table, Trace.kernel_rows, Trace.runtime_named
     monkeypatch.setattr(Trace, "gpu_table", lambda self, kind, *a: kinds.append(kind) or gpu_table(self, kind, *a))
     monkeypatch.setattr(Trace, "kernel_rows", lambda self, *a: blocks.append(a[1]) or kernel_rows(self, *a))
+    monkeypatch.setattr(Trace, "runtime_named", lambda self, ids, rowids=None: calls.append(rowids)
+                        or runtime_named(self, ids, rowids))
     assert _report(path) == whole
-    assert "kernels" not in kinds  # never read whole
-    assert len(set(blocks)) >= 2  # read a block of rowids at a time, each block at every walk
+    assert "kernels" not in kinds and None not in calls  # never read whole
+    assert len(set(blocks)) >= 2 and len(set(calls)) >= 2  # a block of rowids at a time, each at every walk
 
 
 def test_the_budget_is_set_from_the_environment(monkeypatch):
-    """NSYSANALYZE_KERNEL_BUDGET_MB: 0 reads resnet18_baseline's kernels in blocks, a large value holds them
-    whole, and a value that is no number of MiB is one clear error (exit 2 from the CLI)."""
+    """NSYSANALYZE_TABLE_BUDGET_MB: 0 reads resnet18_baseline's kernels and runtime calls in blocks, a large value
+    holds them whole, and a value that is no number of MiB is one clear error (exit 2 from the CLI)."""
     path = fixture_trace("resnet18_baseline.sqlite")
     for mb, in_blocks in (("0", True), ("4096", False)):
-        monkeypatch.setenv("NSYSANALYZE_KERNEL_BUDGET_MB", mb)
+        monkeypatch.setenv("NSYSANALYZE_TABLE_BUDGET_MB", mb)
         with nsysanalyze.open(path) as a:
-            assert a._kernels_read_in_blocks is in_blocks
-    env = dict(os.environ, NSYSANALYZE_KERNEL_BUDGET_MB="lots")
+            assert a._kernels_read_in_blocks is in_blocks and a._runtime_read_in_blocks is in_blocks
+    env = dict(os.environ, NSYSANALYZE_TABLE_BUDGET_MB="lots")
     proc = subprocess.run([sys.executable, "-m", "nsysanalyze", "diagnose", str(path)], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and "NSYSANALYZE_KERNEL_BUDGET_MB='lots'" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "NSYSANALYZE_TABLE_BUDGET_MB='lots'" in proc.stderr
 
 
 def test_empty_blocks_change_nothing():
@@ -74,7 +76,7 @@ def test_empty_blocks_change_nothing():
         assert empty.empty and list(empty.columns) == list(kernels.columns)
         cut = [empty, *B.frame_blocks(kernels, 97), empty]
         for result in (lambda b: K.aggregate(b, a.trace.strings, None, "demangledId"), S.inferred_steps,
-                       lambda b: M.launch_waits(windows, b, calls),
+                       lambda b: M.launch_waits(windows, b, [calls]),
                        lambda b: M.gpu_metrics(windows, b, copies, sets, a.trace.nccl_kernel_name_ids, tile_kernels=50)):
             pd.testing.assert_frame_equal(result(cut), result([kernels]))
         one, cut = M.busy_coverage([kernels], copies, sets), M.busy_coverage(cut, copies, sets)

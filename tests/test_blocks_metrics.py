@@ -32,7 +32,7 @@ def _frames(path):
 
 def _results(blocks, windows, memcpys, memsets, runtime, nccl_ids):
     busy = M.busy_coverage(blocks, memcpys, memsets)
-    return (M.launch_waits(windows, blocks, runtime), {key: (c.starts, c.ends) for key, c in busy.items()},
+    return (M.launch_waits(windows, blocks, [runtime]), {key: (c.starts, c.ends) for key, c in busy.items()},
             M.htod_on_kernel_streams(blocks, memcpys), M.nccl_on_compute_streams(blocks, nccl_ids))
 
 
@@ -101,14 +101,14 @@ def test_launch_waits_carry_a_graph_call_across_a_cut():
                             index=[7, 8, 9])
     for blocks in ([kernels], [kernels.iloc[:4], kernels.iloc[4:]], frame_blocks(kernels, 1),
                    [kernels.iloc[1:], kernels.iloc[:1]], [kernels.iloc[[3, 4]], kernels.iloc[:3]]):
-        pd.testing.assert_frame_equal(M.launch_waits(windows, blocks, runtime), expected)
+        pd.testing.assert_frame_equal(M.launch_waits(windows, blocks, [runtime]), expected)
     # a kept kernel that ends before it starts (no trace has one: 1,200-150 of call 5, after call 5 was done with)
     # breaks the order too: call 5 still waits once
     odd = kernels.iloc[[0, 2, 4]].assign(end=[140, 800, 150], correlationId=np.array([5, 4, 5], dtype=np.int32))
     expected = pd.DataFrame({"launch_blocked_kernel_ns": [30, 100, -1_050], "launch_wait_ns": [40, 9_300, 0]},
                             index=[7, 8, 9])
     for blocks in ([odd], frame_blocks(odd, 1), [odd.iloc[:2], odd.iloc[2:]]):
-        pd.testing.assert_frame_equal(M.launch_waits(windows, blocks, runtime), expected)
+        pd.testing.assert_frame_equal(M.launch_waits(windows, blocks, [runtime]), expected)
 
 
 def test_busy_coverage_merges_an_interval_across_a_cut():

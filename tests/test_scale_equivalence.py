@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 
 import nsysanalyze
-from conftest import FIXTURES, ROOT, SHARED_TRACES, shared_trace
+from conftest import FIXTURES, ROOT, SHARED_TRACES, per_file_fixtures, shared_trace
 from test_intervals import covered, intervals, mask, windows
 from nsysanalyze import metrics as M
 from nsysanalyze import steps as S
@@ -106,7 +106,7 @@ def test_fast_path_equals_straightforward_path(rel, monkeypatch):
     assert fast(path) == straightforward(path, monkeypatch)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.sqlite")) or ["(no fixture yet)"])
+@pytest.mark.parametrize("name", [p.name for p in per_file_fixtures()] or ["(no fixture yet)"])
 def test_fast_path_equals_straightforward_path_on_fixtures(name, monkeypatch):
     path = FIXTURES / name
     if not path.exists():
@@ -192,9 +192,9 @@ def test_launching_calls_with_unexpected_api_names_are_still_found(tmp_path, mon
         rt = a.trace.runtime
     with Analysis(path) as a:
         a._step_windows
-        parts = a._projection_runtime
-        assert len(parts) == 2 and len(parts[1]) == 81  # the renamed memset calls, fetched by correlationId
-        assert set(parts[1]["nameId"]) <= set(rt["nameId"])
+        fetched = a._fetched_calls
+        assert len(fetched) == 1 and len(fetched[0]) == 81  # the renamed memset calls, fetched by correlationId
+        assert set(fetched[0]["nameId"]) <= set(rt["nameId"])
     assert fast(path) == straightforward(path, monkeypatch)
 
 

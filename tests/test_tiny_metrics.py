@@ -153,7 +153,7 @@ def test_launches_that_return_after_their_kernel():
                             "start": [180, 395, 90, 0, 600], "end": [190, 430, 160, 10, 10_000]})
     windows = pd.DataFrame({"globalPid": [gpid(P), gpid(P), gpid(Q)], "deviceId": 0,
                             "window_start": [0, 350, 0], "window_end": [350, 1000, 1000]})
-    out = M.launch_waits(windows, [kernels], runtime)
+    out = M.launch_waits(windows, [kernels], [runtime])
     assert out["launch_blocked_kernel_ns"].tolist() == [50, 20, 0]
     assert out["launch_wait_ns"].tolist() == [60, 30, 0]
     # a graph launch (one call, correlationId 4, 600-10,000) whose three kernels all ended inside it: their time
@@ -162,7 +162,7 @@ def test_launches_that_return_after_their_kernel():
                           "start": [900, 700, 1_200], "end": [1_000, 800, 1_300]})
     windows = pd.DataFrame({"globalPid": [gpid(P)] * 2, "deviceId": 0, "window_start": [650, 1_100],
                             "window_end": [1_100, 2_000]})
-    out = M.launch_waits(windows, [graph], runtime)
+    out = M.launch_waits(windows, [graph], [runtime])
     assert out["launch_blocked_kernel_ns"].tolist() == [200, 100]
     assert out["launch_wait_ns"].tolist() == [10_000 - 700, 0]
 
@@ -183,7 +183,7 @@ def test_median_launch_call_per_process(monkeypatch):
                             "nameId": [1, 3, 1, 2, 1, 1, 1],
                             "start": [0, 10, 20, 30, 40, 50, 60], "end": [5, 19, 21, 1_030, 47, 54, 62]})
     expected = {gpid(P): float(np.median([5, 9, 7, 2])), gpid(Q): 2.5}  # P: 5, 9, 7, 2 -> 6.0
-    assert M.median_launch_ns(runtime, names) == expected == {gpid(P): 6.0, gpid(Q): 2.5}
+    assert M.median_launch_ns([runtime], names) == expected == {gpid(P): 6.0, gpid(Q): 2.5}
     monkeypatch.setattr(intervals, "BLOCK", 2)
-    assert M.median_launch_ns(runtime, names) == expected
-    assert M.median_launch_ns(runtime[runtime["nameId"] == 2], names) == {}
+    assert M.median_launch_ns([runtime], names) == expected
+    assert M.median_launch_ns([runtime[runtime["nameId"] == 2]], names) == {}

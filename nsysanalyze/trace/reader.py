@@ -88,10 +88,14 @@ class Trace:
         """(lo, hi): the kernels' rowids lie in [lo, hi); None without kernels."""
         return tables.kernel_rowids(self.conn, self.schema)
 
-    def runtime_named(self, name_ids) -> pd.DataFrame:
+    def runtime_named(self, name_ids, rowids: tuple[int, int] | None = None) -> pd.DataFrame:
         """Runtime calls (as ``runtime``) whose nameId is among ``name_ids`` (filtered in SQL), correlationId
-        and nameId as int32 where they fit; not cached."""
-        return tables.runtime_calls(self.conn, self.schema, name_ids, compact=True)
+        and nameId as int32 where they fit; ``rowids`` (lo, hi): only those with lo <= rowid < hi; not cached."""
+        return tables.runtime_calls(self.conn, self.schema, name_ids, compact=True, rowids=rowids)
+
+    def runtime_rowids(self) -> tuple[int, int] | None:
+        """(lo, hi): the runtime calls' rowids lie in [lo, hi); None without runtime calls."""
+        return tables.runtime_rowids(self.conn, self.schema)
 
     def runtime_by_correlation(self, correlation_ids, exclude_name_ids=()) -> pd.DataFrame:
         """Runtime calls with the given correlationIds, except those named by ``exclude_name_ids``; not cached."""

@@ -575,18 +575,20 @@ def _id_list(ids) -> str:
     return ",".join(str(i) for i in _ids(ids)) or "NULL"
 
 
-def runtime_calls(conn: sqlite3.Connection, schema: Schema, name_ids=None, compact: bool = False) -> pd.DataFrame:
+def runtime_calls(conn: sqlite3.Connection, schema: Schema, name_ids=None, compact: bool = False,
+                  rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """CUDA runtime/driver API calls: start, end, globalTid, correlationId, nameId.
 
     With ``name_ids``, only calls whose nameId is among them (the filter runs in SQL);
-    ``compact``: correlationId and nameId as int32 when they fit.
+    ``compact``: correlationId and nameId as int32 when they fit; ``rowids`` (lo, hi): only the rows
+    lo <= rowid < hi.
     """
     columns = [c for c, _ in RUNTIME_COLUMNS]
     if not schema.has(RUNTIME, *columns):
         return _empty(columns)
     where = TIMED if name_ids is None else Where(TIMED.not_null, (("nameId", _ids(name_ids)),))
     return fetch_columns(conn, RUNTIME, {c: schema.col_or(RUNTIME, c, d) for c, d in RUNTIME_COLUMNS}, where,
-                         small=SMALL_COLUMNS if compact else ())
+                         small=SMALL_COLUMNS if compact else (), rowids=rowids)
 
 
 def runtime_calls_by_correlation(conn: sqlite3.Connection, schema: Schema, correlation_ids,
@@ -750,17 +752,25 @@ def osrt_calls(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...] 
     return _named(conn, schema, _osrt_rows(conn, tuple(within), keep, early, rowids))
 
 
-def kernel_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
-    """(lo, hi): the kernel table's rowids are lo <= rowid < hi (:func:`rowid_ends`); None without kernels."""
-    lo, hi = rowid_ends(conn, KERNEL) if schema.has(KERNEL, "start", "end") else (None, None)
+def _rowid_span(conn: sqlite3.Connection, table: str, present: bool) -> tuple[int, int] | None:
+    """(lo, hi): ``table``'s rowids are lo <= rowid < hi (:func:`rowid_ends`); None when not ``present`` or empty."""
+    lo, hi = rowid_ends(conn, table) if present else (None, None)
     return None if lo is None else (int(lo), int(hi) + 1)
+
+
+def kernel_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
+    """(lo, hi): the kernel table's rowids (:func:`_rowid_span`); None without kernels."""
+    return _rowid_span(conn, KERNEL, schema.has(KERNEL, "start", "end"))
+
+
+def runtime_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
+    """(lo, hi): the CUDA runtime table's rowids (:func:`_rowid_span`); None without runtime calls."""
+    return _rowid_span(conn, RUNTIME, schema.has(RUNTIME, *(c for c, _ in RUNTIME_COLUMNS)))
 
 
 def osrt_rowids(conn: sqlite3.Connection, schema: Schema) -> tuple[int, int] | None:
-    """(lo, hi): the OS runtime table's rowids are lo <= rowid < hi (:func:`rowid_ends`); None without OS
-    runtime calls."""
-    lo, hi = rowid_ends(conn, OSRT) if _has_osrt(schema) else (None, None)
-    return None if lo is None else (int(lo), int(hi) + 1)
+    """(lo, hi): the OS runtime table's rowids (:func:`_rowid_span`); None without OS runtime calls."""
+    return _rowid_span(conn, OSRT, _has_osrt(schema))
 
 
 def osrt_calls_and_named(conn: sqlite3.Connection, schema: Schema, names: tuple[str, ...], threads,
