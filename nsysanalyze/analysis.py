@@ -50,7 +50,8 @@ RUNTIME_ROW_BYTES = 32
 # A table's bytes (its rowids' span times its bytes a row) above which it is never held whole: every stage walks
 # it a block of blocks.ROWS rowids at a time, read from the export at each walk (issue 20 item 2), the kernels and
 # the runtime calls each against this budget; NSYSANALYZE_TABLE_BUDGET_MB sets it. 512 MiB holds about 12M kernels
-# or 16M runtime calls whole: the bench's 10M-activity exports (9.3M kernels, up to 17.3M calls) are read once.
+# or 16M runtime calls whole. The bench's 10M-activity exports hold their kernels (up to 9.3M); DDP 10M holds its
+# 16.7M runtime calls, OSRT 10M reads its 17.3M in blocks (bench/RESULTS.md, session 30).
 TABLE_BUDGET_BYTES = 512 << 20
 
 
