@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -47,12 +48,13 @@ KERNEL_COLUMNS = ["start", "end", "deviceId", "globalPid", "nameId", "demangledI
 KERNEL_ROW_BYTES = 44
 # The runtime calls' bytes a row as held (two int64 times, an int64 thread id, correlationId and nameId as int32)
 RUNTIME_ROW_BYTES = 32
-# A table's bytes (its rowids' span times its bytes a row) above which it is never held whole: every stage walks
-# it a block of blocks.ROWS rowids at a time, read from the export at each walk (issue 20 item 2), the kernels and
-# the runtime calls each against this budget; NSYSANALYZE_TABLE_BUDGET_MB sets it. 512 MiB holds about 12M kernels
-# or 16M runtime calls whole. The bench's 10M-activity exports hold their kernels (up to 9.3M); DDP 10M holds its
-# 16.7M runtime calls, OSRT 10M reads its 17.3M in blocks (bench/RESULTS.md, session 30).
-TABLE_BUDGET_BYTES = 512 << 20
+# The bytes the kernels and the runtime calls may take held whole, together (issue 20 item 2): above it, the larger
+# table is never held whole, then the other if it still does not fit; every stage walks such a table a block of
+# blocks.ROWS rowids at a time, read from the export at each walk (:func:`tables_in_blocks`).
+# NSYSANALYZE_TABLE_BUDGET_MB sets it. Three quarters of the 1 GiB peak that issue 20 targets: the rest of the pass
+# held 123-282 MiB beside the tables at 10M activities (bench/RESULTS.md, session 31: OSRT 10M 820 MiB peak for
+# 697 MiB of tables, DDP 10M 907 MiB for 625 MiB). The bench's 10M exports hold both tables whole.
+TABLE_BUDGET_BYTES = 768 << 20
 
 
 @dataclass
@@ -109,18 +111,32 @@ class Analysis:
     def _kernel_rowids(self) -> tuple[int, int] | None:
         return self.trace.kernel_rowids()
 
-    @cached_property
-    def _kernels_read_in_blocks(self) -> bool:
-        """Whether the kernels are read from the export a block at a time, never whole (:func:`over_budget`)."""
-        return over_budget(self._kernel_rowids, KERNEL_ROW_BYTES)
-
     @property
     def _kernel_blocks(self) -> B.Blocks:
-        """The kernels, with the columns a later stage still needs, as blocks (nsysanalyze.blocks): the table held
-        whole as one block, or, above the budget, blocks of rowids read from the export at each walk."""
-        if self._kernels_read_in_blocks:
-            return B.ReadBlocks(partial(self.trace.kernel_rows, list(self._kernel_columns)), self._kernel_rowids)
-        return [self._kernels]
+        """The kernels, with the columns a later stage still needs, as blocks (:meth:`_blocks`)."""
+        return self._blocks("kernels", lambda: self._kernels,
+                            partial(self.trace.kernel_rows, list(self._kernel_columns)), self._kernel_rowids)
+
+    @cached_property
+    def _tables_read_in_blocks(self) -> set[str]:
+        """Which of "kernels" and "runtime" are read from the export a block at a time, never whole
+        (:func:`tables_in_blocks`, over the bytes each takes held whole: every kernel row, the runtime calls of
+        _runtime_name_ids; their share of the table is sampled only when the whole table would not fit)."""
+        def span(rowids):
+            return 0 if rowids is None else rowids[1] - rowids[0]
+        held = {"kernels": span(self._kernel_rowids) * KERNEL_ROW_BYTES,
+                "runtime": span(self._runtime_rowids) * RUNTIME_ROW_BYTES}
+        if not tables_in_blocks(held):
+            return set()
+        held["runtime"] = round(held["runtime"] * self.trace.runtime_named_share(self._runtime_name_ids,
+                                                                                 self._runtime_rowids))
+        return tables_in_blocks(held)
+
+    def _blocks(self, table: str, held: Callable[[], pd.DataFrame], read: Callable[[tuple[int, int]], pd.DataFrame],
+                rowids: tuple[int, int] | None) -> B.Blocks:
+        """A table as blocks (nsysanalyze.blocks): ``held()``, the table held whole, as one block, or, when
+        _tables_read_in_blocks names it, blocks of ``rowids`` read from the export by ``read`` at each walk."""
+        return B.ReadBlocks(read, rowids) if table in self._tables_read_in_blocks else [held()]
 
     def _drop_kernel_columns(self, columns: list[str]) -> None:
         """Kernel columns no later stage needs: released from the table held whole, or no longer read."""
@@ -186,18 +202,11 @@ class Analysis:
     def _runtime_rowids(self) -> tuple[int, int] | None:
         return self.trace.runtime_rowids()
 
-    @cached_property
-    def _runtime_read_in_blocks(self) -> bool:
-        """Whether the runtime calls are read from the export a block at a time, never whole (:func:`over_budget`)."""
-        return over_budget(self._runtime_rowids, RUNTIME_ROW_BYTES)
-
     @property
     def _runtime_blocks(self) -> B.Blocks:
-        """The runtime calls (start, end, globalTid, correlationId, nameId) as blocks: held whole as one block, or,
-        above the budget, blocks of rowids read from the export at each walk."""
-        if self._runtime_read_in_blocks:
-            return B.ReadBlocks(partial(self.trace.runtime_named, self._runtime_name_ids), self._runtime_rowids)
-        return [self._runtime_calls]
+        """The runtime calls (start, end, globalTid, correlationId, nameId) as blocks (:meth:`_blocks`)."""
+        return self._blocks("runtime", lambda: self._runtime_calls,
+                            partial(self.trace.runtime_named, self._runtime_name_ids), self._runtime_rowids)
 
     @property
     def _projection_runtime(self) -> B.Chained:
@@ -227,8 +236,9 @@ class Analysis:
         decoder's numpy release the GIL; ``diagnose --jobs`` lowers THREADS where each job has one core)."""
         tune_allocator()  # from here on, large arrays are unmapped when freed, every thread on one arena
         self._step_candidates, self._api_names  # noqa: B018 (small: read first, in this thread)
-        names = (["_memcpys", "_memsets"] + ([] if self._runtime_read_in_blocks else ["_runtime_calls"])
-                 + ([] if self._kernels_read_in_blocks else ["_kernels"]))
+        in_blocks = self._tables_read_in_blocks
+        names = (["_memcpys", "_memsets"] + ([] if "runtime" in in_blocks else ["_runtime_calls"])
+                 + ([] if "kernels" in in_blocks else ["_kernels"]))
         names = [n for n in names if n not in self.__dict__]
         if len(names) < 2:
             return
@@ -327,7 +337,7 @@ class Analysis:
         blocks classified as each is read."""
         def classify(calls: pd.DataFrame) -> pd.DataFrame:
             return M.classify_runtime(calls.drop(columns="correlationId"), self._api_names)
-        return B.Mapped(self._runtime_blocks, classify) if self._runtime_read_in_blocks else classify(self._runtime_calls)
+        return B.Mapped(self._runtime_blocks, classify) if "runtime" in self._tables_read_in_blocks else classify(self._runtime_calls)
 
     def _aggregate_kernels(self, steps: pd.DataFrame) -> pd.DataFrame:
         """The per-kernel table (nsysanalyze.kernels) of the kernels, by demangled name."""
@@ -783,14 +793,18 @@ def table_budget_bytes() -> int:
     except ValueError:
         value = -1.0
     if not value >= 0:
-        raise InputError(f"NSYSANALYZE_TABLE_BUDGET_MB={mb!r}: give the memory budget of a table held whole in MiB "
+        raise InputError(f"NSYSANALYZE_TABLE_BUDGET_MB={mb!r}: give the memory budget of the tables held whole in MiB "
                          "(a number >= 0)")
     return int(value * 2**20)
 
 
-def over_budget(rowids: tuple[int, int] | None, row_bytes: int) -> bool:
-    """Whether a table of rowids [lo, hi) (None: no rows) at ``row_bytes`` a row exceeds :func:`table_budget_bytes`."""
-    return rowids is not None and (rowids[1] - rowids[0]) * row_bytes > table_budget_bytes()
+def tables_in_blocks(held_bytes: dict[str, int]) -> set[str]:
+    """The tables to read in blocks, given the bytes each takes held whole: none while they fit
+    :func:`table_budget_bytes` together; above, the largest first, then the next, until those left fit."""
+    budget, left = table_budget_bytes(), dict(held_bytes)
+    while sum(left.values()) > budget:
+        del left[max(left, key=left.get)]
+    return set(held_bytes) - set(left)
 
 
 def confidence_factor(step_source: str | None, steady: int, coverage: float, scope: str) -> float:

@@ -5,7 +5,7 @@ frames with the same columns, each one run of consecutive rows of the table, tha
 once (each walk is one read of the table when the blocks are read from the export). A consumer holds one block at a time
 plus state the size of its result (groups, streams, windows), never state the size of the table, and gives
 the same result whatever the cut (tested against one block). The analysis passes each of those tables held
-whole as one block, or, above its budget (analysis.TABLE_BUDGET_BYTES), :class:`ReadBlocks` of the export.
+whole as one block, or, above the budget (analysis.tables_in_blocks), :class:`ReadBlocks` of the export.
 """
 from __future__ import annotations
 

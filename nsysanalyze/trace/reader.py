@@ -97,6 +97,10 @@ class Trace:
         """(lo, hi): the runtime calls' rowids lie in [lo, hi); None without runtime calls."""
         return tables.runtime_rowids(self.conn, self.schema)
 
+    def runtime_named_share(self, name_ids, rowids: tuple[int, int] | None) -> float:
+        """The share of the runtime calls in ``rowids`` named by ``name_ids``, from a sample (tables.runtime_named_share)."""
+        return tables.runtime_named_share(self.conn, self.schema, name_ids, rowids)
+
     def runtime_by_correlation(self, correlation_ids, exclude_name_ids=()) -> pd.DataFrame:
         """Runtime calls with the given correlationIds, except those named by ``exclude_name_ids``; not cached."""
         return tables.runtime_calls_by_correlation(self.conn, self.schema, correlation_ids, exclude_name_ids)

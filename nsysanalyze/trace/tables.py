@@ -591,6 +591,19 @@ def runtime_calls(conn: sqlite3.Connection, schema: Schema, name_ids=None, compa
                          small=SMALL_COLUMNS if compact else (), rowids=rowids)
 
 
+def runtime_named_share(conn: sqlite3.Connection, schema: Schema, name_ids, rowids: tuple[int, int] | None,
+                        samples: int = 4096) -> float:
+    """The share of the runtime calls whose nameId is among ``name_ids``, estimated from the rows at ``samples``
+    evenly spaced rowids of ``rowids`` [lo, hi) (one rowid lookup each; with 4096 rows found, its standard error
+    is at most 0.8 points); 0.0 without rows."""
+    if rowids is None or not schema.has(RUNTIME, "nameId"):
+        return 0.0
+    spaced = np.unique(np.linspace(rowids[0], rowids[1] - 1, samples).astype(np.int64))
+    found = np.array([n for (n,) in conn.execute(
+        f"SELECT coalesce(nameId, -1) FROM {RUNTIME} WHERE rowid IN ({','.join(map(str, spaced))})")], dtype=np.int64)
+    return float(np.isin(found, _ids(name_ids)).mean()) if found.size else 0.0
+
+
 def runtime_calls_by_correlation(conn: sqlite3.Connection, schema: Schema, correlation_ids,
                                  exclude_name_ids=()) -> pd.DataFrame:
     """Runtime calls (as :func:`runtime_calls`) whose correlationId is among ``correlation_ids`` and
