@@ -1,4 +1,6 @@
+import hashlib
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -32,6 +34,37 @@ def fixture_trace(name: str) -> Path:
     if not p.exists():
         pytest.skip(f"fixture {name} not present")
     return p
+
+
+# --- default reports of the real exports, computed once per test run ---
+# Many tests check the default report of every fixture (the schema, the rank grouping, redaction, the fast path
+# against the straightforward one). Each export's report is computed once per run, by whichever test or xdist
+# worker asks first, and shared through a folder of this run's temporary folder (which pytest prunes), keyed by
+# the path as given, its size and its mtime: only for exports no test modifies.
+REPORTS: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reports_folder(tmp_path_factory):
+    run = tmp_path_factory.getbasetemp()  # an xdist worker's is a folder of the run's
+    REPORTS["dir"] = (run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "default-reports"
+    REPORTS["dir"].mkdir(exist_ok=True)
+
+
+def default_report(path: Path) -> dict:
+    """render.contract.report_of(path) with the default settings, a fresh copy each call, computed once per run."""
+    from nsysanalyze.render.contract import report_of
+
+    st = os.stat(path)
+    key = hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    cached = REPORTS["dir"] / f"{key}.pickle"
+    if cached.exists():
+        return pickle.loads(cached.read_bytes())
+    report = report_of(path)
+    part = cached.with_suffix(f".{os.getpid()}.part")
+    part.write_bytes(pickle.dumps(report))
+    os.replace(part, cached)
+    return report
 
 
 @pytest.fixture

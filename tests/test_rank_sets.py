@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from conftest import fixture_trace
+from conftest import default_report, fixture_trace
 from nsysanalyze import ranks
 from nsysanalyze.cli import analyze, cli
 
@@ -41,7 +41,7 @@ def test_the_two_rank_ddp_fixtures_still_form_one_job():
 
 
 def test_a_directory_of_fixtures_groups_the_rank_pairs():
-    reports = [analyze(f, None) for f in sorted(fixture_trace("resnet18_baseline.sqlite").parent.glob("*.sqlite"))]
+    reports = [default_report(f) for f in sorted(fixture_trace("resnet18_baseline.sqlite").parent.glob("*.sqlite"))]
     groups = ranks.jobs(reports)
     pairs = [[reports[i]["trace"]["path"].rsplit("/", 1)[1] for i in g["traces"]] for g in groups if len(g["traces"]) > 1]
     assert sorted(pairs) == (
@@ -62,3 +62,23 @@ def test_a_spread_of_nanoseconds_names_no_slowest_rank():
     s = view["summary"]
     assert s["spread_ns"] == 5.5 and s["slowest_rank"] is None and "likely_straggler" not in s
     assert s["noise_ns"] >= 0.02 * s["step_ns_median"]
+
+
+def test_a_file_without_runtime_calls_leaves_the_next_files_metrics_whole(tmp_path):
+    """Files analysed one after another in one process (`--jobs 1`): a capture without CUDA runtime or OS
+    runtime data (a doctored copy of a real fixture, its runtime table dropped) used to append the runtime
+    metrics to the module's list of OS-runtime metrics, and every later file without OSRT data then reported
+    null launch and sync figures."""
+    import sqlite3
+
+    src = fixture_trace("recompile_static.sqlite")    # runtime calls, no OS runtime table
+    bare = tmp_path / "bare" / "no_runtime.sqlite"
+    bare.parent.mkdir()
+    bare.write_bytes(src.read_bytes())
+    with sqlite3.connect(bare) as con:
+        con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    result = CliRunner().invoke(cli, ["diagnose", "--format", "json", "--jobs", "1", str(bare), str(src)])
+    assert result.exit_code == 0, result.output
+    first, second = (t["summary"]["devices"] for t in json.loads(result.output)["traces"])
+    assert first[0]["launch_calls"] is None
+    assert second == default_report(src)["summary"]["devices"] and second[0]["launch_calls"] == 20986

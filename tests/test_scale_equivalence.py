@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 
 import nsysanalyze
-from conftest import FIXTURES, ROOT, SHARED_TRACES, per_file_fixtures, shared_trace
+from conftest import FIXTURES, ROOT, SHARED_TRACES, default_report, per_file_fixtures, shared_trace
 from test_intervals import covered, intervals, mask, windows
 from nsysanalyze import metrics as M
 from nsysanalyze import steps as S
@@ -103,7 +103,7 @@ def all_real() -> list[str]:
 @pytest.mark.parametrize("rel", all_real())
 def test_fast_path_equals_straightforward_path(rel, monkeypatch):
     path = shared_trace(rel)
-    assert fast(path) == straightforward(path, monkeypatch)
+    assert default_report(path) == straightforward(path, monkeypatch)
 
 
 @pytest.mark.parametrize("name", [p.name for p in per_file_fixtures()] or ["(no fixture yet)"])
@@ -111,7 +111,7 @@ def test_fast_path_equals_straightforward_path_on_fixtures(name, monkeypatch):
     path = FIXTURES / name
     if not path.exists():
         pytest.skip("no fixture in fixtures/ yet")
-    assert fast(path) == straightforward(path, monkeypatch)
+    assert default_report(path) == straightforward(path, monkeypatch)
 
 
 def test_repeated_trace_fast_equals_straightforward(repeated, monkeypatch):

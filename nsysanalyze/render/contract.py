@@ -21,9 +21,9 @@ from ..metrics import SUMMARY_MEDIAN_COLUMNS
 #    bound terms, um_* metrics; 2: trace.framework/step_source, gaps, NCCL by kind, alloc/async_copy metrics
 FORMAT_VERSION = 3
 
-OSRT_METRICS = ["munmap_count", "munmap_ns", "munmap_gpu_idle_ns", "step_median_munmap_gpu_idle_ns"]
-RUNTIME_METRICS = ["launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns",
-                   "module_load_calls", "module_load_ns"]
+OSRT_METRICS = ("munmap_count", "munmap_ns", "munmap_gpu_idle_ns", "step_median_munmap_gpu_idle_ns")
+RUNTIME_METRICS = ("launch_calls", "launch_ns", "sync_copy_calls", "sync_copy_ns", "sync_wait_calls", "sync_wait_ns",
+                   "module_load_calls", "module_load_ns")
 STEP_MEDIAN_KEYS = [f"step_median_{c}" for c in SUMMARY_MEDIAN_COLUMNS]
 INTEGER_SUFFIXES = ("_bytes", "_count", "_calls")
 
@@ -63,8 +63,8 @@ def finding_record(finding: dict) -> dict:
 
 def uncaptured(frame: pd.DataFrame, schema) -> pd.DataFrame:
     """``frame`` with the metrics the trace did not capture set to null (see the module docstring)."""
-    missing = [] if schema.has("OSRT_API") else OSRT_METRICS
-    missing += [] if schema.has("CUPTI_ACTIVITY_KIND_RUNTIME") else RUNTIME_METRICS
+    missing = (() if schema.has("OSRT_API") else OSRT_METRICS) + \
+        (() if schema.has("CUPTI_ACTIVITY_KIND_RUNTIME") else RUNTIME_METRICS)
     present = [c for c in missing if c in frame.columns]
     if not present or frame.empty:
         return frame

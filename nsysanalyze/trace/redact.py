@@ -425,11 +425,14 @@ def identifying(path: str | os.PathLike, limit: int = 20) -> tuple[int, list[tup
             flag = f"nsa_flag(CAST({_q(column)} AS BLOB))"
             kept = (_read_by_analysis(conn, tables) if table == "StringIds" else
                     "1" if table == "NVTX_EVENTS" else "0")
-            sql = f"FROM {_q(table)} WHERE typeof({_q(column)}) = 'text' AND {flag} IS NOT NULL"
-            count += conn.execute(f"SELECT count(*) {sql}").fetchone()[0]
-            for rowid, kind, value, analysis in conn.execute(
-                    f"SELECT rowid, {flag}, {_q(column)}, {kept} {sql} LIMIT ?", (limit - len(found),)):
-                found.append((f"{table}.{column} (row {rowid})", kind, str(value), bool(analysis)))
+            rows = conn.execute(f"SELECT rowid, {flag}, {_q(column)}, {kept} FROM {_q(table)} "
+                                f"WHERE typeof({_q(column)}) = 'text'")  # each value flagged once
+            for rowid, kind, value, analysis in rows:
+                if kind is None:
+                    continue
+                count += 1
+                if len(found) < limit:
+                    found.append((f"{table}.{column} (row {rowid})", kind, str(value), bool(analysis)))
         return count, found
     finally:
         conn.close()
