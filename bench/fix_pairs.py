@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import nsysanalyze  # noqa: E402
 from nsysanalyze import ranks  # noqa: E402
-from nsysanalyze.render.contract import report  # noqa: E402
+from nsysanalyze.render.contract import report_of  # noqa: E402
 
 
 def scope_window(report: dict) -> float:
@@ -39,31 +39,23 @@ def samples_ratio(pair: dict) -> float:
     return pair["fixed_batch"] / pair["bad_batch"] if pair.get("per") == "sample" else 1.0
 
 
-def job_evaluate(pair: dict, fixtures: Path) -> tuple[float, float, dict[str, float]]:
+def job_evaluate(pair: dict, fixtures: Path, analyze: Callable[[Path], dict]) -> tuple[float, float, dict[str, float]]:
     """A job's pair (``ranks``: N rank files, ``{rank}`` in the names): the bad and fixed jobs' median rank steps
     and the bad job's gain per rule for the job (the cross-rank view's ``job_gain_max_ns``)."""
-    views = {}
-    for side in ("bad", "fixed"):
-        reports = []
-        for r in range(pair["ranks"]):
-            with nsysanalyze.open(fixtures / pair[side].format(rank=r)) as a:
-                reports.append(report(a))
-        views[side] = ranks.cross_rank(reports)
+    views = {side: ranks.cross_rank([analyze(fixtures / pair[side].format(rank=r)) for r in range(pair["ranks"])])
+             for side in ("bad", "fixed")}
     gains = {f["rule"]: f["job_gain_max_ns"] for f in views["bad"]["findings"]}
     return views["bad"]["summary"]["step_ns_median"], views["fixed"]["summary"]["step_ns_median"], gains
 
 
-def evaluate(pair: dict, fixtures: Path) -> dict:
+def evaluate(pair: dict, fixtures: Path, analyze: Callable[[Path], dict] = report_of) -> dict:
     """One pair's bad step, fixed step (per the bad step's samples), predicted and realized gains (ns), and
     whether |predicted − realized| ≤ max(10% of the bad step, 30% of the realized gain). A job's pair (``ranks``)
-    compares the jobs' median rank steps against the gain for the job."""
+    compares the jobs' median rank steps against the gain for the job. ``analyze``: an export's default report."""
     if pair.get("ranks"):
-        bad, fixed, gains = job_evaluate(pair, fixtures)
+        bad, fixed, gains = job_evaluate(pair, fixtures, analyze)
     else:
-        reports = {}
-        for side in ("bad", "fixed"):
-            with nsysanalyze.open(fixtures / pair[side]) as a:
-                reports[side] = report(a)
+        reports = {side: analyze(fixtures / pair[side]) for side in ("bad", "fixed")}
         step = mean_step if pair.get("measure") == "mean" else scope_window
         bad, fixed = step(reports["bad"]), step(reports["fixed"]) / samples_ratio(pair)
         gains = {f["rule"]: f["gain_ns"] for f in reports["bad"]["findings"][::-1]}  # each rule's largest

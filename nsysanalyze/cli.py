@@ -208,8 +208,14 @@ MAX_STEPS = click.option("--max-steps", type=click.IntRange(min=1), default=DEFA
 
 
 def _set_nsys_timeout(ctx, param, value):
-    if value is not None:  # through the environment, so --jobs workers see it too
-        os.environ[NSYS_TIMEOUT_ENV] = repr(value)
+    """Through the environment, so --jobs workers see it too; put back when the command ends (a later
+    command in the same process, e.g. cli.main called twice, does not inherit it)."""
+    if value is None:
+        return
+    before = os.environ.get(NSYS_TIMEOUT_ENV)
+    os.environ[NSYS_TIMEOUT_ENV] = repr(value)
+    ctx.call_on_close(lambda: os.environ.pop(NSYS_TIMEOUT_ENV) if before is None
+                      else os.environ.__setitem__(NSYS_TIMEOUT_ENV, before))
 
 
 NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",

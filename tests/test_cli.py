@@ -83,3 +83,18 @@ def test_a_stream_closed_before_the_start_keeps_the_status(args, closed, status)
                           preexec_fn=lambda: os.close(closed))
     assert proc.returncode == status
     assert b"Traceback" not in (proc.stdout or b"") + (proc.stderr or b"")
+
+
+def test_nsys_timeout_lasts_for_its_command_only(tiny_path, monkeypatch):
+    """--nsys-timeout reaches --jobs workers through the environment and is put back when the command ends:
+    a later command in the same process uses the default again."""
+    from click.testing import CliRunner
+    from nsysanalyze.cli import cli
+    from nsysanalyze.trace.open import NSYS_TIMEOUT_ENV
+
+    monkeypatch.delenv(NSYS_TIMEOUT_ENV, raising=False)
+    assert CliRunner().invoke(cli, ["summary", "--nsys-timeout", "7", str(tiny_path)]).exit_code == 0
+    assert NSYS_TIMEOUT_ENV not in os.environ
+    monkeypatch.setenv(NSYS_TIMEOUT_ENV, "30")
+    assert CliRunner().invoke(cli, ["summary", "--nsys-timeout", "7", str(tiny_path)]).exit_code == 0
+    assert os.environ[NSYS_TIMEOUT_ENV] == "30"

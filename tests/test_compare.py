@@ -4,12 +4,10 @@ import math
 
 import pytest
 from click.testing import CliRunner
-from conftest import shared_trace
+from conftest import default_report, shared_trace
 
-from nsysanalyze.analysis import Analysis
 from nsysanalyze.cli import cli, main
 from nsysanalyze.compare import BY_NAME, GateError, compare, metric_values, parse_gate
-from nsysanalyze.render.contract import report as contract_report
 
 NVTX = "h200/resnet18-baseline-nvtx.sqlite"          # 3 NVTX steps
 BS8 = "h200/resnet18-bs8-nvtx0.2.17-dropped.sqlite"   # same model, batch 8, NVTX dropped: whole capture only
@@ -17,8 +15,7 @@ TWO_GPU = "public/nsys-ai__mfu_2gpu_after.sqlite"
 
 
 def report(rel):
-    with Analysis(shared_trace(rel)) as a:
-        return contract_report(a)
+    return default_report(shared_trace(rel))
 
 
 def run(*args):

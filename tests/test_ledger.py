@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import nsysanalyze
-from conftest import FIXTURES, P, SHARED_TRACES, per_file_fixtures, shared_trace
+from conftest import FIXTURES, P, SHARED_TRACES, default_report, per_file_fixtures, shared_trace
 from nsysanalyze.compare import compare
 from nsysanalyze.ledger import Ledger, WhatIf, host_work_ns
 from nsysanalyze.render.contract import report as contract_report
@@ -107,8 +107,7 @@ def test_every_ns_once_claims_disjoint_gains_within_bounds(path):
 
 
 def public(name):
-    with nsysanalyze.open(shared_trace(f"public/{name}")) as a:
-        return contract_report(a)
+    return default_report(shared_trace(f"public/{name}"))
 
 
 def by_rule(d):
@@ -144,10 +143,7 @@ def test_one_inferred_step_covering_little_of_the_capture_is_low_confidence():
 
 def test_compare_reports_predicted_against_realized():
     """workers → pinned: BASE's pin-memory finding disappears; NEW's step is shorter by what the fix delivered."""
-    def rep(name):
-        with nsysanalyze.open(FIXTURES / name) as a:
-            return contract_report(a)
-    base, new = rep("resnet18_workers.sqlite"), rep("resnet18_pinned.sqlite")
+    base, new = default_report(FIXTURES / "resnet18_workers.sqlite"), default_report(FIXTURES / "resnet18_pinned.sqlite")
     gone = {x["rule"]: x for x in compare(base, new)["findings"]["disappeared"]}["pin-memory"]
     realized = base["ledger"][0]["window_ns"] - new["ledger"][0]["window_ns"]
     assert gone["realized_ns"] == pytest.approx(realized)
@@ -167,5 +163,5 @@ def test_predicted_gain_matches_the_realized_one(pair):
     """|predicted − realized| ≤ max(10% of the bad step, 30% of the realized gain) for every bad→fixed pair of the
     project's own captures (fixtures/fix_pairs.json; bench/fix_pairs.py evaluates them): realized from the profiled
     step medians of both (the mean steady step for a periodic stall; per sample when the batch changed)."""
-    e = fix_pairs.evaluate(pair, FIXTURES)
+    e = fix_pairs.evaluate(pair, FIXTURES, default_report)
     assert e["within"], e

@@ -1,14 +1,12 @@
 """`nsysanalyze plot`: stacked per-step time partition, side by side, PNG and SVG."""
 import pytest
 from click.testing import CliRunner
-from conftest import shared_trace
+from conftest import default_report, shared_trace
 from hostile import hostile_copy
 
-from nsysanalyze.analysis import Analysis
 from nsysanalyze.cli import cli, main
 from nsysanalyze.render import plot
 from nsysanalyze.render.format import TIME_PARTITION
-from nsysanalyze.render.contract import report as contract_report
 
 NVTX = "h200/resnet18-baseline-nvtx.sqlite"
 BS8 = "h200/resnet18-bs8-nvtx0.2.17-dropped.sqlite"
@@ -16,8 +14,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def report(path):
-    with Analysis(path) as a:
-        return contract_report(a)
+    return default_report(path)
 
 
 def test_partition_stacks_to_the_window():

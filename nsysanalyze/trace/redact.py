@@ -30,6 +30,7 @@ identifying in an export.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sqlite3
@@ -131,6 +132,7 @@ HOME_VARS = ("HOME",)
 MIN_TOKEN = 3
 USER_MARK, HOST_MARK = "<user>", "<host>"
 IN_MEMORY_MAX_BYTES = 4 << 30  # larger exports are redacted in a scratch file
+SCRUB_MEMO = 1 << 16  # distinct values whose scrubbed text (or flag) is kept (a few MB for event JSON of ~500 bytes)
 
 
 def shorten_paths(text: str | None) -> str | None:
@@ -274,6 +276,7 @@ def _scrubber(users: set[str], hosts: set[str]):
             if len(t) >= MIN_TOKEN]
     short = {t: mark for names, mark in ((users, USER_MARK), (hosts, HOST_MARK)) for t in names}
 
+    @functools.lru_cache(maxsize=SCRUB_MEMO)  # a column's repeated values, and the UPDATE's WHERE then SET
     def scrub(text):
         if not isinstance(text, str) or not text:
             return text
@@ -444,6 +447,7 @@ def _flagger(users: set[str], hosts: set[str]):
              for group, kind in ((users, "user name"), (hosts, "host name")) for t in group if len(t) >= MIN_TOKEN]
     patterns = [*((p, mark.strip("<>")) for mark, p in IDENTIFIERS), *names]
 
+    @functools.lru_cache(maxsize=SCRUB_MEMO)  # a column's repeated values
     def flag(text):
         if not isinstance(text, str) or not text:
             return None
