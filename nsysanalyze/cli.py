@@ -214,8 +214,13 @@ def _set_nsys_timeout(ctx, param, value):
         return
     before = os.environ.get(NSYS_TIMEOUT_ENV)
     os.environ[NSYS_TIMEOUT_ENV] = repr(value)
-    ctx.call_on_close(lambda: os.environ.pop(NSYS_TIMEOUT_ENV) if before is None
-                      else os.environ.__setitem__(NSYS_TIMEOUT_ENV, before))
+
+    def put_back():
+        if before is None:
+            os.environ.pop(NSYS_TIMEOUT_ENV, None)
+        else:
+            os.environ[NSYS_TIMEOUT_ENV] = before
+    ctx.call_on_close(put_back)
 
 
 NSYS_TIMEOUT = click.option("--nsys-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",

@@ -41,14 +41,15 @@ def fixture_trace(name: str) -> Path:
 # against the straightforward one). Each export's report is computed once per run, by whichever test or xdist
 # worker asks first, and shared through a folder of this run's temporary folder (which pytest prunes), keyed by
 # the path as given, its size and its mtime: only for exports no test modifies.
-REPORTS: dict[str, Path] = {}
+REPORTS_DIR = Path()  # set for the run by _reports_folder
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _reports_folder(tmp_path_factory):
+    global REPORTS_DIR
     run = tmp_path_factory.getbasetemp()  # an xdist worker's is a folder of the run's
-    REPORTS["dir"] = (run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "default-reports"
-    REPORTS["dir"].mkdir(exist_ok=True)
+    REPORTS_DIR = (run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / "default-reports"
+    REPORTS_DIR.mkdir(exist_ok=True)
 
 
 def default_report(path: Path) -> dict:
@@ -57,7 +58,7 @@ def default_report(path: Path) -> dict:
 
     st = os.stat(path)
     key = hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    cached = REPORTS["dir"] / f"{key}.pickle"
+    cached = REPORTS_DIR / f"{key}.pickle"
     if cached.exists():
         return pickle.loads(cached.read_bytes())
     report = report_of(path)

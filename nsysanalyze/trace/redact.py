@@ -428,11 +428,10 @@ def identifying(path: str | os.PathLike, limit: int = 20) -> tuple[int, list[tup
             flag = f"nsa_flag(CAST({_q(column)} AS BLOB))"
             kept = (_read_by_analysis(conn, tables) if table == "StringIds" else
                     "1" if table == "NVTX_EVENTS" else "0")
-            rows = conn.execute(f"SELECT rowid, {flag}, {_q(column)}, {kept} FROM {_q(table)} "
-                                f"WHERE typeof({_q(column)}) = 'text'")  # each value flagged once
-            for rowid, kind, value, analysis in rows:
-                if kind is None:
-                    continue
+            flagged = conn.execute(  # one pass; a flagged value's second call is a hit of the flagger's memo
+                f"SELECT * FROM (SELECT rowid, {flag} AS kind, {_q(column)}, {kept} FROM {_q(table)} "
+                f"WHERE typeof({_q(column)}) = 'text') WHERE kind IS NOT NULL")
+            for rowid, kind, value, analysis in flagged:
                 count += 1
                 if len(found) < limit:
                     found.append((f"{table}.{column} (row {rowid})", kind, str(value), bool(analysis)))
